@@ -6,7 +6,11 @@
 //! out-of-band [`endpoint`] exchange.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_code)]
-#![warn(missing_docs, unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+#![warn(
+    missing_docs,
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks
+)]
 
 extern crate alloc;
 
@@ -19,3 +23,26 @@ pub mod exchange;
 pub mod gid;
 pub mod tlsf;
 pub mod wire;
+
+pub mod cq;
+pub mod device;
+pub mod error;
+pub mod memory;
+pub mod mr;
+pub mod pd;
+pub mod qp;
+mod ret;
+pub mod time;
+pub mod wr;
+
+pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+pub use device::{devices, Context, DeviceInfo, GidEntry};
+pub use endpoint::{Endpoint, Mtu, RemoteRegion};
+pub use error::{Error, ErrorKind, WcError};
+pub use gid::Gid;
+pub use memory::LocalBuf;
+pub use mr::{Access, MemoryRegion};
+pub use pd::ProtectionDomain;
+pub use qp::{Completion, ConnectOptions, PostError, QpConfig, QueuePair};
+pub use time::Deadline;
+pub use wr::{Local, RecvRequest, RemoteSlice, SendOp, SendRequest};

@@ -1,0 +1,257 @@
+//! Host micro-benchmark: the TLSF offset allocator against the system
+//! allocator, no dependencies.
+//!
+//! Run with `cargo run --release --example alloc_bench`.
+//!
+//! Each run keeps a window of `WINDOW` live allocations and, at every step,
+//! frees a randomly chosen one and allocates a replacement of a random size
+//! and alignment (so the pattern is not LIFO). Every allocator replays the same
+//! seeded sequence. Steps are timed in batches of `BATCH` with
+//! `std::time::Instant`; a sample is the batch time divided by `BATCH`, i.e.
+//! nanoseconds per free + alloc pair, and the table shows the median and p99
+//! over all batches. Neither side touches the memory: the TLSF only hands out
+//! offsets, and the system allocator's blocks are not written.
+//!
+//! Rows: `Tlsf` (single owner, no lock), `SharedTlsf` (the same behind an
+//! uncontended mutex) and `system` (`std::alloc::alloc`/`dealloc` with the same
+//! `Layout`s). The `SharedTlsf` row needs the crate's `std` feature (default).
+
+use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
+use std::hint::black_box;
+use std::time::Instant;
+
+#[cfg(feature = "std")]
+use verbs::tlsf::SharedTlsf;
+use verbs::tlsf::{Tlsf, TlsfConfig};
+
+/// Live allocations kept at every step.
+const WINDOW: usize = 1024;
+/// Measured replace steps per run.
+const STEPS: usize = 400_000;
+/// Unmeasured warm-up steps before each run.
+const WARMUP: usize = 50_000;
+/// Steps per timed batch.
+const BATCH: usize = 100;
+/// The TLSF's region: offsets only, nothing is mapped.
+const CAPACITY: u64 = 4 << 30;
+
+/// splitmix64: small, seeded, deterministic.
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// Log-uniform in `2^lo ..= 2^hi`: each power of two range equally likely.
+    fn log_uniform(&mut self, lo: u32, hi: u32) -> u64 {
+        let k = lo + self.below(u64::from(hi - lo) + 1) as u32;
+        let base = 1u64 << k;
+        base + self.below(base)
+    }
+}
+
+/// One replace step: free the allocation in `slot`, then allocate `layout`.
+#[derive(Clone, Copy)]
+struct Step {
+    slot: usize,
+    layout: Layout,
+}
+
+/// A size mix: name, log2 size range, log2 alignment range.
+struct Mix {
+    name: &'static str,
+    size_log2: (u32, u32),
+    align_log2: (u32, u32),
+}
+
+const MIXES: [Mix; 3] = [
+    Mix {
+        name: "small 8B-8KiB",
+        size_log2: (3, 12),
+        align_log2: (3, 6),
+    },
+    Mix {
+        name: "mixed 1B-1MiB",
+        size_log2: (0, 19),
+        align_log2: (3, 12),
+    },
+    Mix {
+        name: "large 64KiB-1MiB",
+        size_log2: (16, 19),
+        align_log2: (6, 12),
+    },
+];
+
+/// The initial window and the replace steps of one mix, from a fixed seed.
+fn sequence(mix: &Mix, seed: u64) -> (Vec<Layout>, Vec<Step>) {
+    let mut rng = SplitMix64(seed);
+    let layout = |rng: &mut SplitMix64| {
+        let size = rng.log_uniform(mix.size_log2.0, mix.size_log2.1);
+        let align = 1usize
+            << (mix.align_log2.0
+                + rng.below(u64::from(mix.align_log2.1 - mix.align_log2.0) + 1) as u32);
+        Layout::from_size_align(size as usize, align).expect("valid layout")
+    };
+    let fill = (0..WINDOW).map(|_| layout(&mut rng)).collect();
+    let steps = (0..WARMUP + STEPS)
+        .map(|_| Step {
+            slot: rng.below(WINDOW as u64) as usize,
+            layout: layout(&mut rng),
+        })
+        .collect();
+    (fill, steps)
+}
+
+/// The operations the benchmark needs from an allocator.
+trait Bench {
+    type Token: Copy;
+    fn alloc(&mut self, layout: Layout) -> Self::Token;
+    fn free(&mut self, token: Self::Token, layout: Layout);
+}
+
+impl Bench for Tlsf {
+    type Token = u32;
+    #[inline]
+    fn alloc(&mut self, layout: Layout) -> u32 {
+        match Tlsf::alloc(self, layout.size() as u64, layout.align() as u64) {
+            Ok(a) => a.handle,
+            Err(e) => panic!("tlsf alloc of {layout:?} failed: {e}"),
+        }
+    }
+    #[inline]
+    fn free(&mut self, token: u32, _: Layout) {
+        if let Err(e) = Tlsf::free(self, token) {
+            panic!("tlsf free failed: {e}");
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl Bench for SharedTlsf {
+    type Token = u32;
+    #[inline]
+    fn alloc(&mut self, layout: Layout) -> u32 {
+        match SharedTlsf::alloc(self, layout.size() as u64, layout.align() as u64) {
+            Ok(a) => a.handle,
+            Err(e) => panic!("shared tlsf alloc of {layout:?} failed: {e}"),
+        }
+    }
+    #[inline]
+    fn free(&mut self, token: u32, _: Layout) {
+        if let Err(e) = SharedTlsf::free(self, token) {
+            panic!("shared tlsf free failed: {e}");
+        }
+    }
+}
+
+/// `std::alloc::alloc` / `dealloc`: the global (system) allocator.
+struct System;
+
+impl Bench for System {
+    type Token = *mut u8;
+    #[inline]
+    fn alloc(&mut self, layout: Layout) -> *mut u8 {
+        // SAFETY: every layout of the mix has a non-zero size (at least 1
+        // byte) and was built by `Layout::from_size_align`.
+        let p = unsafe { alloc(layout) };
+        if p.is_null() {
+            handle_alloc_error(layout);
+        }
+        p
+    }
+    #[inline]
+    fn free(&mut self, token: *mut u8, layout: Layout) {
+        // SAFETY: `token` came from `alloc` with exactly this `layout` (the
+        // window keeps each pointer with its layout) and is freed once: its
+        // slot is overwritten by the next allocation right after.
+        unsafe { dealloc(token, layout) }
+    }
+}
+
+/// Replays the sequence; returns ns per step for every measured batch, sorted.
+fn run<B: Bench>(b: &mut B, fill: &[Layout], steps: &[Step]) -> Vec<f64> {
+    let mut live: Vec<(B::Token, Layout)> = fill.iter().map(|&l| (b.alloc(l), l)).collect();
+    let (warmup, measured) = steps.split_at(WARMUP);
+    for s in warmup {
+        let (token, layout) = live[s.slot];
+        b.free(token, layout);
+        live[s.slot] = (b.alloc(s.layout), s.layout);
+    }
+    let mut samples = Vec::with_capacity(measured.len() / BATCH + 1);
+    for batch in measured.chunks(BATCH) {
+        let start = Instant::now();
+        for s in batch {
+            let (token, layout) = live[s.slot];
+            b.free(black_box(token), layout);
+            live[s.slot] = (black_box(b.alloc(black_box(s.layout))), s.layout);
+        }
+        samples.push(start.elapsed().as_nanos() as f64 / batch.len() as f64);
+    }
+    for (token, layout) in live {
+        b.free(token, layout);
+    }
+    samples.sort_by(f64::total_cmp);
+    samples
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i]
+}
+
+fn main() {
+    let config = TlsfConfig::new().with_max_live(WINDOW as u32 + 1);
+    println!(
+        "alloc_bench: window {WINDOW} live, {STEPS} replace steps (free + alloc) per run \
+         after {WARMUP} warm-up, timed in batches of {BATCH}; ns per step"
+    );
+    println!();
+    println!(
+        "{:<18} {:<11} {:>9} {:>9} {:>13}",
+        "mix", "allocator", "median", "p99", "system/this"
+    );
+    println!("{}", "-".repeat(64));
+    for (i, mix) in MIXES.iter().enumerate() {
+        let (fill, steps) = sequence(mix, 0xB0BA_CAFE + i as u64);
+
+        let mut tlsf = Tlsf::new(CAPACITY, config).expect("tlsf");
+        let mut rows = vec![("Tlsf", run(&mut tlsf, &fill, &steps))];
+        let stats = tlsf.stats();
+        #[cfg(feature = "std")]
+        {
+            let mut shared = SharedTlsf::new(CAPACITY, config).expect("shared tlsf");
+            rows.push(("SharedTlsf", run(&mut shared, &fill, &steps)));
+        }
+        let system = run(&mut System, &fill, &steps);
+        let sys_median = percentile(&system, 0.5);
+        rows.push(("system", system));
+
+        for (name, samples) in &rows {
+            let median = percentile(samples, 0.5);
+            println!(
+                "{:<18} {:<11} {:>9.1} {:>9.1} {:>12.2}x",
+                mix.name,
+                name,
+                median,
+                percentile(samples, 0.99),
+                sys_median / median
+            );
+        }
+        println!(
+            "{:<18} (tlsf: {} allocations, high water {:.1} MiB, everything freed: {} free block)",
+            "",
+            stats.total_allocs,
+            stats.high_water as f64 / f64::from(1 << 20),
+            stats.free_blocks
+        );
+    }
+}

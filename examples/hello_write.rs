@@ -1,0 +1,318 @@
+//! The primer's first program: a client RDMA-Writes "Hello, RDMA!" into the
+//! server's memory while the server's CPU only sleeps and prints it, then
+//! RDMA-Reads it back.
+//!
+//! ```text
+//! cargo run --example hello_write                 # both sides in one process, first device
+//! cargo run --example hello_write server [OPTS]    # on one machine
+//! cargo run --example hello_write client HOST [OPTS]
+//!   --dev NAME        device (default: the first)
+//!   --port N          TCP port of the connection exchange (default 18515)
+//!   --gid-index N     GID index (default: chosen: RoCE v2, IPv4-mapped first)
+//!   --wire tutorial   speak the primer's 36-byte conn_info (talks to its server.c/client.c)
+//! ```
+//! Exit status 0 only if the bytes really arrived.
+
+use std::net::TcpListener;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use verbs::exchange::{self, Session};
+use verbs::wire::tutorial::{ConnInfo, TUTORIAL_BUF_SIZE, TUTORIAL_TCP_PORT};
+use verbs::{
+    Access, Context, Deadline, Endpoint, Local, MemoryRegion, ProtectionDomain, QpConfig,
+    QueuePair, RemoteSlice, SendOp, SendRequest,
+};
+
+const BUF_SIZE: usize = 4096;
+const INITIAL: &str = "(initial server memory)";
+const USAGE: &str = "usage: hello_write [server | client HOST] [--dev NAME] [--port N] [--gid-index N] [--wire tutorial]";
+
+#[derive(Clone, Debug)]
+struct Options {
+    dev: Option<String>,
+    port: u16,
+    gid_index: Option<u32>,
+    tutorial: bool,
+}
+
+type Qp = QueuePair<MemoryRegion>;
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (role, host, opts) = match parse(&args) {
+        Ok(parsed) => parsed,
+        Err(msg) => {
+            eprintln!("hello_write: {msg}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match role.as_str() {
+        "server" => server(&opts, None),
+        "client" => client(&opts, &host.unwrap_or_default()),
+        _ => loopback(&opts),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("hello_write: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn parse(args: &[String]) -> Result<(String, Option<String>, Options), String> {
+    let mut opts = Options {
+        dev: None,
+        port: TUTORIAL_TCP_PORT,
+        gid_index: None,
+        tutorial: false,
+    };
+    let mut rest = args.iter();
+    let mut role = String::from("loopback");
+    let mut host = None;
+    while let Some(arg) = rest.next() {
+        let mut value = |name: &str| rest.next().cloned().ok_or(format!("{name} needs a value"));
+        match arg.as_str() {
+            "server" if role == "loopback" => role = arg.clone(),
+            "client" if role == "loopback" => {
+                role = arg.clone();
+                host = Some(value("client")?);
+            }
+            "--dev" => opts.dev = Some(value("--dev")?),
+            "--port" => {
+                opts.port = value("--port")?
+                    .parse()
+                    .map_err(|_| "--port takes a number")?
+            }
+            "--gid-index" => {
+                opts.gid_index = Some(
+                    value("--gid-index")?
+                        .parse()
+                        .map_err(|_| "--gid-index takes a number")?,
+                )
+            }
+            "--wire" => match value("--wire")?.as_str() {
+                "tutorial" => opts.tutorial = true,
+                "verbs" => opts.tutorial = false,
+                other => return Err(format!("unknown wire format {other:?} (tutorial or verbs)")),
+            },
+            "-h" | "--help" => return Err("help".into()),
+            other => return Err(format!("unexpected argument {other:?}")),
+        }
+    }
+    Ok((role, host, opts))
+}
+
+/// Both sides in one process on one device, talking over 127.0.0.1 exactly
+/// as two machines would.
+fn loopback(opts: &Options) -> Result<(), BoxError> {
+    let listener = TcpListener::bind(("127.0.0.1", 0))?;
+    let port = listener.local_addr()?.port();
+    let opts = Options {
+        port,
+        ..opts.clone()
+    };
+    println!("[main] loopback on one device: server and client in one process, exchange on 127.0.0.1:{port}");
+    let server_opts = opts.clone();
+    let server =
+        std::thread::spawn(move || server(&server_opts, Some(listener)).map_err(|e| e.to_string()));
+    let client_result = client(&opts, "127.0.0.1");
+    let server_result = server.join().map_err(|_| "server thread panicked")?;
+    client_result?;
+    server_result?;
+    println!("[main] success: the server's memory was written by RDMA and read back");
+    Ok(())
+}
+
+fn setup(opts: &Options, remote: Access) -> Result<(Context, ProtectionDomain, Qp), BoxError> {
+    let ctx = Context::open(opts.dev.as_deref())?;
+    let pd = ProtectionDomain::new(&ctx)?;
+    let config = QpConfig {
+        gid_index: opts.gid_index,
+        remote_access: remote,
+        ..QpConfig::default()
+    };
+    let qp = QueuePair::new(&pd, &config)?;
+    Ok((ctx, pd, qp))
+}
+
+/// The side that only exposes memory and watches it change.
+fn server(opts: &Options, listener: Option<TcpListener>) -> Result<(), BoxError> {
+    let (ctx, pd, mut qp) = setup(opts, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
+    let mut mr =
+        MemoryRegion::with_access(&pd, BUF_SIZE, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
+    mr.write_at(0, &cstring(INITIAL))?;
+    let gid = qp.gid().map(|g| g.index).unwrap_or(0);
+    println!(
+        "[server] device {}, QPN {}, GID index {gid}",
+        ctx.name(),
+        qp.qp_num()
+    );
+
+    let listener = match listener {
+        Some(l) => exchange::Listener::from_std(l)?,
+        None => exchange::Listener::bind(("0.0.0.0", opts.port))?,
+    };
+    println!(
+        "[server] waiting for the client on TCP port {}...",
+        listener.local_addr()?.port()
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut session = listener.accept(deadline)?;
+    let peer = if opts.tutorial {
+        qp.set_psn(0)?;
+        let mut local = qp.endpoint();
+        local
+            .regions
+            .push(mr.remote().expect("remote access was granted"));
+        let info = ConnInfo::from_endpoint(&tutorial_endpoint(local))?;
+        session
+            .exchange_tutorial(&info, true, deadline)?
+            .to_endpoint(TUTORIAL_BUF_SIZE)?
+    } else {
+        let mut local = qp.endpoint();
+        local
+            .regions
+            .push(mr.remote().expect("remote access was granted"));
+        session.exchange(&local, deadline)?
+    };
+    println!("[server] peer QPN {}, GID {}", peer.qpn, peer.gid);
+    qp.connect(&peer)?;
+
+    println!("[server] before:  '{}'", text(&mr));
+    if !opts.tutorial {
+        session.sync(deadline)?; // tell the client we are watching
+    }
+    println!("[server] sleeping, doing nothing but printing my memory...");
+    let mut seen = false;
+    for t in 0..50 {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = text(&mr);
+        println!("[server] t={:.1}s: '{now}'", f64::from(t + 1) * 0.2);
+        if now != INITIAL {
+            seen = true;
+            break;
+        }
+    }
+    if !opts.tutorial {
+        // Stay up until the client has read the memory back.
+        session.sync(Instant::now() + Duration::from_secs(60))?;
+    } else {
+        std::thread::sleep(Duration::from_secs(3)); // the primer's client reads back after 2 s
+    }
+    let after = text(&mr);
+    println!("[server] after:   '{after}'");
+    if seen && after.starts_with("Hello, RDMA") {
+        Ok(())
+    } else {
+        Err("the server's memory never changed".into())
+    }
+}
+
+/// The side that writes into the server's memory and reads it back.
+fn client(opts: &Options, host: &str) -> Result<(), BoxError> {
+    let (ctx, pd, mut qp) = setup(opts, Access::EMPTY)?;
+    let mut mr = MemoryRegion::new(&pd, BUF_SIZE)?;
+    let message = format!("Hello, RDMA from client at PID {}!", std::process::id());
+    mr.write_at(0, &cstring(&message))?;
+    println!(
+        "[client] device {}, QPN {}, connecting to {host}:{}...",
+        ctx.name(),
+        qp.qp_num(),
+        opts.port
+    );
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut session: Session = exchange::connect((host, opts.port), deadline)?;
+    let peer = if opts.tutorial {
+        qp.set_psn(0)?;
+        let mut local = qp.endpoint();
+        local.regions.push(verbs::RemoteRegion {
+            addr: mr.addr(),
+            len: BUF_SIZE as u64,
+            rkey: mr.rkey(),
+        });
+        let info = ConnInfo::from_endpoint(&tutorial_endpoint(local))?;
+        session
+            .exchange_tutorial(&info, false, deadline)?
+            .to_endpoint(TUTORIAL_BUF_SIZE)?
+    } else {
+        session.exchange(&qp.endpoint(), deadline)?
+    };
+    let region = *peer.regions.first().ok_or("the server shared no memory")?;
+    println!(
+        "[client] peer addr={:#x}, rkey={:#x}",
+        region.addr, region.rkey
+    );
+    qp.connect(&peer)?;
+    if !opts.tutorial {
+        session.sync(deadline)?; // the server is watching its memory now
+    }
+
+    // RDMA Write: the message (with its NUL) into the server's memory.
+    let len = message.len() + 1;
+    let dst = RemoteSlice::new(&region, 0, len as u64)?;
+    let mr = roundtrip(
+        &mut qp,
+        SendOp::Write(dst),
+        Local::range(mr, 0, len).map_err(|(e, _)| e)?,
+    )?;
+    println!("[client] RDMA Write completed.");
+    if opts.tutorial {
+        std::thread::sleep(Duration::from_secs(2)); // as the primer: let the server see it
+    }
+
+    // RDMA Read: the server's memory back into ours.
+    let mut mr = mr;
+    mr.write_at(0, &[0u8; BUF_SIZE])?;
+    let src = RemoteSlice::new(&region, 0, BUF_SIZE as u64)?;
+    let mr = roundtrip(&mut qp, SendOp::Read(src), Local::whole(mr))?;
+    let got = text(&mr);
+    println!("[client] RDMA Read got: '{got}'");
+    if !opts.tutorial {
+        session.sync(Instant::now() + Duration::from_secs(60))?;
+    }
+    if got == message {
+        Ok(())
+    } else {
+        Err(format!("read back {got:?}, expected {message:?}").into())
+    }
+}
+
+/// Posts one request and waits (with a deadline) for its completion.
+fn roundtrip(
+    qp: &mut Qp,
+    op: SendOp,
+    local: Local<MemoryRegion>,
+) -> Result<MemoryRegion, BoxError> {
+    qp.post_send(SendRequest::new(op, local))
+        .map_err(|e| e.error)?;
+    let mut done = qp.wait_one(Deadline::after(Duration::from_secs(30)))?;
+    done.result()?;
+    Ok(done
+        .take_buf()
+        .expect("the buffer comes back with its completion"))
+}
+
+/// The primer's programs assume PSN 0 and a 1024-byte path MTU.
+fn tutorial_endpoint(mut ep: Endpoint) -> Endpoint {
+    ep.psn = 0;
+    ep.mtu = verbs::Mtu::MTU_1024;
+    ep
+}
+
+fn cstring(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
+/// The NUL-terminated string at the start of the region (copied out: a peer may be writing it).
+fn text(mr: &MemoryRegion) -> String {
+    let mut buf = [0u8; BUF_SIZE];
+    mr.read_at(0, &mut buf).expect("in range");
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(BUF_SIZE);
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}

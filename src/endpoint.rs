@@ -1,0 +1,321 @@
+//! What one side of a reliable-connected (RC) queue pair must tell the
+//! other before the pair can be connected: the values the peer feeds into
+//! its `INIT → RTR` transition, plus the memory it may touch remotely.
+//!
+//! Only plain data lives here (no_std + `alloc`); the byte layout is in
+//! [`crate::wire`] and the TCP exchange in `crate::exchange`.
+
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::gid::Gid;
+
+/// Largest queue pair number: QPNs are 24-bit on the wire (BTH `DestQP`).
+pub const MAX_QPN: u32 = 0x00FF_FFFF;
+
+/// Largest packet sequence number: PSNs are 24-bit on the wire (BTH `PSN`).
+pub const MAX_PSN: u32 = 0x00FF_FFFF;
+
+/// Most regions one endpoint may share. Bounds the wire message (and so
+/// what a peer can make us allocate) at [`crate::wire::MAX_MESSAGE_LEN`].
+pub const MAX_REGIONS: usize = 64;
+
+/// A path MTU as the value of C `enum ibv_mtu` (1 = 256 … 5 = 4096 bytes).
+///
+/// A newtype over the raw code rather than a Rust enum, so a value the
+/// kernel reports that this crate does not know yet is carried, shown as
+/// `unknown(n)` and rejected by [`Endpoint::validate`], never UB.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct Mtu(pub u32);
+
+impl Mtu {
+    /// `IBV_MTU_256`.
+    pub const MTU_256: Mtu = Mtu(1);
+    /// `IBV_MTU_512`.
+    pub const MTU_512: Mtu = Mtu(2);
+    /// `IBV_MTU_1024`: what the primer hard-codes, safe on RoCE over a
+    /// 1500-byte Ethernet MTU.
+    pub const MTU_1024: Mtu = Mtu(3);
+    /// `IBV_MTU_2048`.
+    pub const MTU_2048: Mtu = Mtu(4);
+    /// `IBV_MTU_4096`: needs jumbo frames on RoCE.
+    pub const MTU_4096: Mtu = Mtu(5);
+
+    /// The MTU in bytes, or `None` for a code `enum ibv_mtu` does not define.
+    pub const fn bytes(self) -> Option<u32> {
+        match self.0 {
+            1..=5 => Some(128 << self.0),
+            _ => None,
+        }
+    }
+
+    /// The code for an MTU given in bytes (256, 512, 1024, 2048 or 4096),
+    /// or `None` for any other size: the hardware supports no others.
+    pub const fn from_bytes(bytes: u32) -> Option<Mtu> {
+        match bytes {
+            256 => Some(Mtu::MTU_256),
+            512 => Some(Mtu::MTU_512),
+            1024 => Some(Mtu::MTU_1024),
+            2048 => Some(Mtu::MTU_2048),
+            4096 => Some(Mtu::MTU_4096),
+            _ => None,
+        }
+    }
+
+    /// True when the code is one `enum ibv_mtu` defines.
+    pub const fn is_known(self) -> bool {
+        self.bytes().is_some()
+    }
+}
+
+impl fmt::Display for Mtu {
+    /// The size in bytes (`1024`), or `unknown(7)` for an undefined code.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.bytes() {
+            Some(bytes) => write!(f, "{bytes}"),
+            None => write!(f, "unknown({})", self.0),
+        }
+    }
+}
+
+/// A memory region the peer may read or write with one-sided RDMA:
+/// its remote address, length and `rkey`.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct RemoteRegion {
+    /// Start address in the owner's virtual address space (as registered).
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// The remote key the owner's `ibv_reg_mr` returned.
+    pub rkey: u32,
+}
+
+impl RemoteRegion {
+    /// One past the last byte, or `None` when `addr + len` overflows
+    /// `u64` (such a region is never valid).
+    pub const fn end(&self) -> Option<u64> {
+        self.addr.checked_add(self.len)
+    }
+
+    /// True when `[addr, addr + len)` lies wholly inside this region, so
+    /// a work request can be checked locally before the NIC rejects it
+    /// with a remote access error. Overflow-safe: a range whose end does
+    /// not fit in `u64` is never contained. A zero-length range is
+    /// contained when `addr` is within `[self.addr, self.end]`.
+    pub const fn contains(&self, addr: u64, len: u64) -> bool {
+        let (Some(end), Some(self_end)) = (addr.checked_add(len), self.end()) else {
+            return false;
+        };
+        addr >= self.addr && end <= self_end
+    }
+}
+
+/// Everything the peer needs to connect its RC queue pair to ours and
+/// to target our memory.
+///
+/// QPN and PSN are 24-bit quantities stored in `u32`. The endpoint carries
+/// only the regions the caller chose to share — least privilege: a region
+/// not listed here is memory the peer has no `rkey` for.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Endpoint {
+    /// Our queue pair number: the peer's `dest_qp_num` (24-bit).
+    pub qpn: u32,
+    /// Our first send PSN: the peer's `rq_psn` (24-bit).
+    pub psn: u32,
+    /// Our port's LID: the peer's `ah_attr.dlid` on InfiniBand (0 on RoCE).
+    pub lid: u16,
+    /// Our port's GID: the peer's `ah_attr.grh.dgid` (required on RoCE).
+    pub gid: Gid,
+    /// The path MTU we will use; both sides should agree.
+    pub mtu: Mtu,
+    /// The regions we let the peer access, at most [`MAX_REGIONS`].
+    pub regions: Vec<RemoteRegion>,
+}
+
+impl Endpoint {
+    /// Checks what the wire format and `modify_qp` rely on: QPN and PSN
+    /// fit 24 bits, the MTU code is known, at most [`MAX_REGIONS`] regions
+    /// and no region whose `addr + len` overflows. Encoding refuses, and
+    /// decoding never yields, an endpoint that fails this.
+    pub fn validate(&self) -> Result<(), EndpointError> {
+        if self.qpn > MAX_QPN {
+            return Err(EndpointError::QpnTooWide(self.qpn));
+        }
+        if self.psn > MAX_PSN {
+            return Err(EndpointError::PsnTooWide(self.psn));
+        }
+        if !self.mtu.is_known() {
+            return Err(EndpointError::UnknownMtu(self.mtu));
+        }
+        if self.regions.len() > MAX_REGIONS {
+            return Err(EndpointError::TooManyRegions(self.regions.len()));
+        }
+        if let Some(index) = self.regions.iter().position(|r| r.end().is_none()) {
+            return Err(EndpointError::RegionOverflow { index });
+        }
+        Ok(())
+    }
+
+    /// The first shared region that wholly contains `[addr, addr + len)`,
+    /// i.e. whose `rkey` a work request for that range must carry.
+    pub fn region_for(&self, addr: u64, len: u64) -> Option<&RemoteRegion> {
+        self.regions.iter().find(|r| r.contains(addr, len))
+    }
+}
+
+/// Why an [`Endpoint`] failed [`Endpoint::validate`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum EndpointError {
+    /// The QPN does not fit 24 bits.
+    QpnTooWide(u32),
+    /// The PSN does not fit 24 bits.
+    PsnTooWide(u32),
+    /// The MTU code is not one of `enum ibv_mtu`'s.
+    UnknownMtu(Mtu),
+    /// More than [`MAX_REGIONS`] regions (the count is carried).
+    TooManyRegions(usize),
+    /// The region at `index` has `addr + len` beyond `u64::MAX`.
+    RegionOverflow {
+        /// Position in [`Endpoint::regions`].
+        index: usize,
+    },
+}
+
+impl EndpointError {
+    /// A fixed description, for callers (such as the wire decoder) that
+    /// keep a `&'static str` rather than the values.
+    pub const fn reason(&self) -> &'static str {
+        match self {
+            EndpointError::QpnTooWide(_) => "qpn wider than 24 bits (max 0xffffff)",
+            EndpointError::PsnTooWide(_) => "psn wider than 24 bits (max 0xffffff)",
+            EndpointError::UnknownMtu(_) => {
+                "unknown mtu code (expected 1..=5, IBV_MTU_256..IBV_MTU_4096)"
+            }
+            EndpointError::TooManyRegions(_) => "more regions than MAX_REGIONS (64)",
+            EndpointError::RegionOverflow { .. } => "region addr + len overflows u64",
+        }
+    }
+}
+
+impl fmt::Display for EndpointError {
+    /// Says what was wrong and what was expected, with the offending value.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EndpointError::QpnTooWide(v) => {
+                write!(f, "qpn {v:#x} wider than 24 bits (max {MAX_QPN:#x})")
+            }
+            EndpointError::PsnTooWide(v) => {
+                write!(f, "psn {v:#x} wider than 24 bits (max {MAX_PSN:#x})")
+            }
+            EndpointError::UnknownMtu(m) => write!(f, "mtu code {} unknown (expected 1..=5)", m.0),
+            EndpointError::TooManyRegions(n) => {
+                write!(f, "{n} regions shared, at most {MAX_REGIONS} allowed")
+            }
+            EndpointError::RegionOverflow { index } => {
+                write!(f, "region {index}: addr + len overflows u64")
+            }
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for EndpointError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+    use alloc::vec;
+
+    fn ep() -> Endpoint {
+        Endpoint {
+            qpn: 0x11,
+            psn: 0x22,
+            lid: 3,
+            gid: Gid::from_ipv4([10, 0, 0, 1]),
+            mtu: Mtu::MTU_1024,
+            regions: vec![RemoteRegion {
+                addr: 0x1000,
+                len: 0x100,
+                rkey: 7,
+            }],
+        }
+    }
+
+    #[test]
+    fn mtu() {
+        assert_eq!(Mtu::MTU_256.bytes(), Some(256));
+        assert_eq!(Mtu::MTU_4096.bytes(), Some(4096));
+        assert_eq!(Mtu(0).bytes(), None);
+        assert_eq!(Mtu(6).bytes(), None);
+        assert_eq!(Mtu(u32::MAX).bytes(), None);
+        for code in 1..=5 {
+            assert_eq!(Mtu::from_bytes(Mtu(code).bytes().unwrap()), Some(Mtu(code)));
+        }
+        assert_eq!(Mtu::from_bytes(1500), None);
+        assert_eq!(Mtu::MTU_1024.to_string(), "1024");
+        assert_eq!(Mtu(7).to_string(), "unknown(7)");
+    }
+
+    #[test]
+    fn contains() {
+        let r = RemoteRegion {
+            addr: 100,
+            len: 50,
+            rkey: 1,
+        };
+        assert!(r.contains(100, 50));
+        assert!(r.contains(149, 1));
+        assert!(r.contains(150, 0));
+        assert!(!r.contains(150, 1));
+        assert!(!r.contains(99, 1));
+        assert!(!r.contains(120, u64::MAX));
+        let top = RemoteRegion {
+            addr: u64::MAX - 9,
+            len: 9,
+            rkey: 1,
+        };
+        assert!(top.contains(u64::MAX - 1, 1));
+        assert!(!top.contains(u64::MAX, 1));
+        let bad = RemoteRegion {
+            addr: u64::MAX,
+            len: 1,
+            rkey: 1,
+        };
+        assert!(!bad.contains(u64::MAX, 0));
+        assert_eq!(ep().region_for(0x1010, 0x10).map(|r| r.rkey), Some(7));
+        assert_eq!(ep().region_for(0x10f0, 0x20), None);
+    }
+
+    #[test]
+    fn validate() {
+        assert_eq!(ep().validate(), Ok(()));
+        let mut e = ep();
+        e.qpn = MAX_QPN + 1;
+        assert_eq!(e.validate(), Err(EndpointError::QpnTooWide(MAX_QPN + 1)));
+        let mut e = ep();
+        e.psn = u32::MAX;
+        assert_eq!(e.validate(), Err(EndpointError::PsnTooWide(u32::MAX)));
+        let mut e = ep();
+        e.mtu = Mtu(0);
+        assert_eq!(e.validate(), Err(EndpointError::UnknownMtu(Mtu(0))));
+        let mut e = ep();
+        e.regions = vec![e.regions[0]; MAX_REGIONS + 1];
+        assert_eq!(
+            e.validate(),
+            Err(EndpointError::TooManyRegions(MAX_REGIONS + 1))
+        );
+        let mut e = ep();
+        e.regions.push(RemoteRegion {
+            addr: u64::MAX,
+            len: 1,
+            rkey: 0,
+        });
+        assert_eq!(
+            e.validate(),
+            Err(EndpointError::RegionOverflow { index: 1 })
+        );
+        assert!(e.validate().unwrap_err().to_string().contains("region 1"));
+    }
+}

@@ -1,0 +1,307 @@
+//! Reliable-connected queue pairs: creation, addressing decided from the
+//! port, the RESET -> INIT -> RTR -> RTS walk, and (in [`post`]) the safe
+//! data path.
+#![allow(unsafe_code)]
+
+mod connect;
+mod inflight;
+mod post;
+
+use core::ptr::NonNull;
+
+pub use connect::{ConnectOptions, PathInfo};
+pub use inflight::Completion;
+pub use post::PostError;
+
+use crate::cq::CompletionQueue;
+use crate::device::{choose_gid_index, validate_gid_index, GidEntry, LinkLayer, PortAttr};
+use crate::endpoint::{Endpoint, Mtu};
+use crate::error::{Error, ErrorKind};
+use crate::memory::LocalBuf;
+use crate::mr::Access;
+use crate::pd::{destroy, ProtectionDomain};
+use crate::ret::{check_ptr, check_rc};
+use crate::sys::{self, Zeroed};
+use inflight::InFlight;
+
+pub use crate::sys::ibv_qp_state as QpState;
+
+/// Sizes and policies of a queue pair; the defaults suit most RC users.
+#[derive(Clone, Copy, Debug)]
+pub struct QpConfig {
+    /// Port number (from 1).
+    pub port: u8,
+    /// GID index; `None` chooses automatically (RoCE v2, IPv4-mapped,
+    /// routable first). An explicit index always wins and is validated.
+    pub gid_index: Option<u32>,
+    /// Send queue depth asked for.
+    pub max_send_wr: u32,
+    /// Receive queue depth asked for.
+    pub max_recv_wr: u32,
+    /// Scatter/gather entries per request (at most [`crate::wr::MAX_SGE`] in the safe API).
+    pub max_sge: u32,
+    /// Inline data asked for (the device may grant more or refuse).
+    pub max_inline_data: u32,
+    /// What the peer may do through this QP: `REMOTE_WRITE`, `REMOTE_READ`,
+    /// `REMOTE_ATOMIC`. Least privilege: nothing unless asked for.
+    pub remote_access: Access,
+    /// Upper bound on the path MTU (the port's active MTU and the peer's
+    /// also bound it).
+    pub max_mtu: Mtu,
+}
+
+impl Default for QpConfig {
+    fn default() -> Self {
+        QpConfig {
+            port: 1,
+            gid_index: None,
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_sge: crate::wr::MAX_SGE as u32,
+            max_inline_data: 64,
+            remote_access: Access::EMPTY,
+            max_mtu: Mtu::MTU_4096,
+        }
+    }
+}
+
+/// A reliable-connected queue pair with its own completion queue, owning
+/// the buffers of every request in flight (type `B`) until they complete.
+///
+/// Created in INIT; [`QueuePair::connect`] takes it to RTS. Posting and
+/// polling take `&mut self`: one owner, no lock on the data path.
+pub struct QueuePair<B: LocalBuf> {
+    qp: NonNull<sys::ibv_qp>,
+    cq: CompletionQueue,
+    pd: ProtectionDomain,
+    port: PortAttr,
+    port_num: u8,
+    gid: Option<GidEntry>,
+    psn: u32,
+    state: QpState,
+    caps: sys::ibv_qp_cap,
+    max_rd_atomic: u8,
+    max_dest_rd_atomic: u8,
+    send: InFlight<B>,
+    recv: InFlight<B>,
+    unsignaled_run: u64,
+}
+
+// SAFETY: the QP owns its in-flight buffers (B: Send) and its verbs handle,
+// which any thread may use; `&mut self` serializes the data path.
+unsafe impl<B: LocalBuf> Send for QueuePair<B> {}
+
+impl<B: LocalBuf> QueuePair<B> {
+    /// Creates an RC queue pair (and its completion queue) on `pd` and moves
+    /// it to INIT, with the GID and addressing chosen from the port.
+    pub fn new(pd: &ProtectionDomain, config: &QpConfig) -> Result<QueuePair<B>, Error> {
+        let ctx = pd.context();
+        let dev = ctx.query_device()?;
+        let port = ctx.query_port(config.port)?;
+        let gid = select_gid(ctx, config, &port)?;
+
+        let limit = dev.max_qp_wr();
+        if config.max_send_wr > limit || config.max_recv_wr > limit {
+            return Err(Error::invalid(
+                "ibv_create_qp",
+                "queue depth above the device's max_qp_wr",
+            )
+            .with_hint("`ibv_devinfo -v` shows max_qp_wr"));
+        }
+        let cq = CompletionQueue::new(ctx, config.max_send_wr + config.max_recv_wr)?;
+        let mut init = sys::ibv_qp_init_attr::zeroed();
+        init.send_cq = cq.as_raw();
+        init.recv_cq = cq.as_raw();
+        init.qp_type = sys::ibv_qp_type::RC;
+        init.cap = sys::ibv_qp_cap {
+            max_send_wr: config.max_send_wr.max(1),
+            max_recv_wr: config.max_recv_wr.max(1),
+            max_send_sge: config.max_sge.max(1),
+            max_recv_sge: config.max_sge.max(1),
+            max_inline_data: config.max_inline_data,
+        };
+        // SAFETY: live PD; `init` is fully initialized and names a live CQ.
+        let qp = check_ptr("ibv_create_qp", unsafe {
+            sys::ibv_create_qp(pd.as_raw(), &mut init)
+        })?;
+        // ibv_create_qp wrote back what the device granted; size the tables to it.
+        let caps = init.cap;
+        let mut this = QueuePair {
+            qp,
+            cq,
+            pd: pd.clone(),
+            port,
+            port_num: config.port,
+            gid,
+            psn: crate::time::random_u32() & crate::endpoint::MAX_PSN,
+            state: QpState::RESET,
+            caps,
+            max_rd_atomic: dev.max_qp_rd_atom().clamp(1, 16),
+            max_dest_rd_atomic: dev.max_qp_init_rd_atom().clamp(1, 16),
+            send: InFlight::new(caps.max_send_wr),
+            recv: InFlight::new(caps.max_recv_wr),
+            unsignaled_run: 0,
+        };
+        this.enter_init(config)?;
+        Ok(this)
+    }
+
+    fn enter_init(&mut self, config: &QpConfig) -> Result<(), Error> {
+        let mut attr = sys::ibv_qp_attr::zeroed();
+        attr.qp_state = QpState::INIT;
+        attr.pkey_index = 0;
+        attr.port_num = config.port;
+        attr.qp_access_flags = config.remote_access;
+        use sys::ibv_qp_attr_mask as M;
+        self.modify(
+            "ibv_modify_qp(RESET->INIT)",
+            &mut attr,
+            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
+        )?;
+        self.state = QpState::INIT;
+        Ok(())
+    }
+
+    pub(crate) fn modify(
+        &mut self,
+        call: &'static str,
+        attr: &mut sys::ibv_qp_attr,
+        mask: sys::ibv_qp_attr_mask,
+    ) -> Result<(), Error> {
+        // SAFETY: live QP; `attr` is initialized for every bit of `mask`.
+        check_rc(call, unsafe {
+            sys::ibv_modify_qp(self.qp.as_ptr(), attr, mask.0 as i32)
+        })
+    }
+
+    /// This side's endpoint, to send to the peer: QPN, PSN, LID, GID, the
+    /// MTU this side can do, and no memory (add the regions you choose to
+    /// share to `regions`).
+    pub fn endpoint(&self) -> Endpoint {
+        Endpoint {
+            qpn: self.qp_num(),
+            psn: self.psn,
+            lid: self.port.lid(),
+            gid: self.gid.map(|g| g.gid).unwrap_or_default(),
+            mtu: Mtu(self.port.active_mtu().0),
+            regions: alloc::vec::Vec::new(),
+        }
+    }
+
+    /// Sets the first send PSN (random by default) before connecting: for
+    /// peers that assume one, like the primer's C programs (PSN 0).
+    pub fn set_psn(&mut self, psn: u32) -> Result<(), Error> {
+        if self.state != QpState::INIT || psn > crate::endpoint::MAX_PSN {
+            return Err(Error::invalid(
+                "set_psn",
+                "a 24-bit PSN, set in INIT before connect",
+            ));
+        }
+        self.psn = psn;
+        Ok(())
+    }
+
+    /// The queue pair number.
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: live QP; qp_num is set at creation and never changes.
+        unsafe { self.qp.as_ref().qp_num }
+    }
+
+    /// The state this handle last moved the QP to.
+    pub fn state(&self) -> QpState {
+        self.state
+    }
+
+    /// The state the device reports (`ibv_query_qp`), e.g. ERR after a failure.
+    pub fn query_state(&self) -> Result<QpState, Error> {
+        let mut attr = sys::ibv_qp_attr::zeroed();
+        let mut init = sys::ibv_qp_init_attr::zeroed();
+        // SAFETY: live QP; valid out-pointers.
+        check_rc("ibv_query_qp", unsafe {
+            sys::ibv_query_qp(
+                self.qp.as_ptr(),
+                &mut attr,
+                sys::ibv_qp_attr_mask::STATE.0 as i32,
+                &mut init,
+            )
+        })?;
+        Ok(attr.qp_state)
+    }
+
+    /// What the device granted: queue depths, SGEs, inline size.
+    pub fn caps(&self) -> sys::ibv_qp_cap {
+        self.caps
+    }
+
+    /// The GID entry this QP uses (None on InfiniBand without GIDs).
+    pub fn gid(&self) -> Option<GidEntry> {
+        self.gid
+    }
+
+    /// The port attributes read at creation.
+    pub fn port(&self) -> &PortAttr {
+        &self.port
+    }
+
+    /// The completion queue (shared only with this QP).
+    pub fn cq(&self) -> &CompletionQueue {
+        &self.cq
+    }
+
+    /// The protection domain.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// Requests in flight on the send and receive queues.
+    pub fn in_flight(&self) -> (u64, u64) {
+        (self.send.len(), self.recv.len())
+    }
+
+    /// The raw QP, for calls the safe layer does not wrap.
+    pub fn as_raw(&self) -> *mut sys::ibv_qp {
+        self.qp.as_ptr()
+    }
+}
+
+fn select_gid(
+    ctx: &crate::device::Context,
+    config: &QpConfig,
+    port: &PortAttr,
+) -> Result<Option<GidEntry>, Error> {
+    let table = ctx.gid_table(config.port)?;
+    match config.gid_index {
+        Some(i) => validate_gid_index(&table, i, port.gid_tbl_len()).map(Some),
+        None => match choose_gid_index(&table) {
+            Some(i) => Ok(table.iter().find(|e| e.index == i).copied()),
+            None if port.link_layer() == LinkLayer::INFINIBAND => Ok(None),
+            None => Err(Error::new("choose GID index", ErrorKind::NotFound)
+                .with_detail("the port's GID table has no usable entry (RoCE needs one)")
+                .with_hint(
+                    "give the network device an IP address; `show_gids`/`rdma link` show the table",
+                )),
+        },
+    }
+}
+
+impl<B: LocalBuf> Drop for QueuePair<B> {
+    fn drop(&mut self) {
+        // Destroy first: after ibv_destroy_qp returns the device no longer
+        // touches this QP's buffers, so dropping the in-flight table (the
+        // fields, after this body) frees them safely.
+        // SAFETY: live QP, destroyed once; the CQ and PD outlive it (fields).
+        destroy("ibv_destroy_qp", unsafe {
+            sys::ibv_destroy_qp(self.qp.as_ptr())
+        });
+    }
+}
+
+impl<B: LocalBuf> core::fmt::Debug for QueuePair<B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qp_num", &self.qp_num())
+            .field("state", &self.state)
+            .field("in_flight", &self.in_flight())
+            .finish()
+    }
+}

@@ -1,0 +1,618 @@
+//! The safe data path: posting moves buffers into the queue pair's
+//! in-flight table, polling hands them back with their completions.
+//! No heap allocation, no lock: the work requests and scatter/gather lists
+//! are built on the stack, the tables were sized at creation.
+#![allow(unsafe_code)]
+
+use crate::cq::{WcOpcode, WorkCompletion};
+use crate::error::{Error, ErrorKind};
+use crate::memory::LocalBuf;
+use crate::sys::{self, ibv_send_flags as F, Zeroed};
+use crate::time::Deadline;
+use crate::wr::{Local, RecvRequest, SendOp, SendRequest, MAX_SGE};
+
+use super::inflight::{Completion, Slot};
+use super::{QpState, QueuePair};
+
+/// Most requests posted with one doorbell by [`QueuePair::post_send_chain`].
+pub const MAX_CHAIN: usize = 32;
+
+/// Work request ids: bit 63 marks the receive queue, bit 62 a request
+/// posted through the raw API; the rest is the in-flight sequence number.
+const RECV_BIT: u64 = 1 << 63;
+const RAW_BIT: u64 = 1 << 62;
+const SEQ_MASK: u64 = RAW_BIT - 1;
+
+/// A refused post: the error and the request, with its buffers, given back.
+#[derive(Debug)]
+pub struct PostError<R> {
+    /// Why it was refused.
+    pub error: Error,
+    /// The request, untouched.
+    pub request: R,
+}
+
+impl<R> core::fmt::Display for PostError<R> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+/// Scatter/gather entries of a request's local buffers.
+#[inline]
+fn fill_sges<B: LocalBuf>(
+    locals: &[Option<Local<B>>; MAX_SGE],
+    sges: &mut [sys::ibv_sge; MAX_SGE],
+) -> Result<i32, Error> {
+    let mut n = 0;
+    for l in locals.iter().flatten() {
+        let length = u32::try_from(l.len)
+            .map_err(|_| Error::invalid("post", "a scatter/gather entry over 4 GiB"))?;
+        sges[n] = sys::ibv_sge {
+            addr: l.buf.addr() + l.offset as u64,
+            length,
+            lkey: l.buf.lkey(),
+        };
+        n += 1;
+    }
+    Ok(n as i32)
+}
+
+fn expected_opcode(op: &SendOp) -> WcOpcode {
+    match op {
+        SendOp::Write(_) | SendOp::WriteImm(..) => WcOpcode::RDMA_WRITE,
+        SendOp::Read(_) => WcOpcode::RDMA_READ,
+        SendOp::Send | SendOp::SendImm(_) => WcOpcode::SEND,
+        SendOp::FetchAdd { .. } => WcOpcode::FETCH_ADD,
+        SendOp::CompareSwap { .. } => WcOpcode::COMP_SWAP,
+    }
+}
+
+/// Fills `wr` for `op`, checking what the NIC would otherwise reject late.
+#[inline]
+fn fill_op(wr: &mut sys::ibv_send_wr, op: &SendOp, local_len: usize) -> Result<(), Error> {
+    use sys::ibv_wr_opcode as O;
+    let rdma = |wr: &mut sys::ibv_send_wr, r: &crate::wr::RemoteSlice| -> Result<(), Error> {
+        if (local_len as u64) > r.len {
+            return Err(Error::invalid(
+                "post_send",
+                "local data longer than the remote slice",
+            ));
+        }
+        wr.wr.rdma = sys::ibv_send_wr_rdma {
+            remote_addr: r.addr,
+            rkey: r.rkey,
+        };
+        Ok(())
+    };
+    let atomic = |wr: &mut sys::ibv_send_wr,
+                  r: &crate::wr::RemoteSlice,
+                  a: u64,
+                  b: u64|
+     -> Result<(), Error> {
+        if r.addr % 8 != 0 || r.len < 8 {
+            return Err(Error::invalid(
+                "post_send(atomic)",
+                "the remote target must be an 8-byte aligned word",
+            )
+            .with_hint("atomics work on 8-byte aligned 64-bit words"));
+        }
+        if local_len != 8 {
+            return Err(Error::invalid(
+                "post_send(atomic)",
+                "the local result buffer must be exactly 8 bytes",
+            ));
+        }
+        wr.wr.atomic = sys::ibv_send_wr_atomic {
+            remote_addr: r.addr,
+            compare_add: a,
+            swap: b,
+            rkey: r.rkey,
+        };
+        Ok(())
+    };
+    match op {
+        SendOp::Write(r) => {
+            wr.opcode = O::RDMA_WRITE;
+            rdma(wr, r)
+        }
+        SendOp::WriteImm(r, imm) => {
+            wr.opcode = O::RDMA_WRITE_WITH_IMM;
+            wr.imm_data = imm.to_be();
+            rdma(wr, r)
+        }
+        SendOp::Read(r) => {
+            wr.opcode = O::RDMA_READ;
+            rdma(wr, r)
+        }
+        SendOp::Send => {
+            wr.opcode = O::SEND;
+            Ok(())
+        }
+        SendOp::SendImm(imm) => {
+            wr.opcode = O::SEND_WITH_IMM;
+            wr.imm_data = imm.to_be();
+            Ok(())
+        }
+        SendOp::FetchAdd { remote, add } => {
+            wr.opcode = O::ATOMIC_FETCH_AND_ADD;
+            atomic(wr, remote, *add, 0)
+        }
+        SendOp::CompareSwap {
+            remote,
+            compare,
+            swap,
+        } => {
+            wr.opcode = O::ATOMIC_CMP_AND_SWP;
+            atomic(wr, remote, *compare, *swap)
+        }
+    }
+}
+
+impl<B: LocalBuf> QueuePair<B> {
+    fn check_can_send(&self, call: &'static str, extra: u64) -> Result<(), Error> {
+        if self.state != QpState::RTS {
+            return Err(Error::new(call, ErrorKind::BadState)
+                .with_detail("sends need the queue pair in RTS")
+                .with_hint(
+                    "connect() first; after an error completion the QP is in ERR: reset() it",
+                ));
+        }
+        if self.send.len() + extra > self.send.capacity() {
+            return Err(Error::new(call, ErrorKind::QueueFull)
+                .with_detail("the send queue holds max_send_wr requests in flight")
+                .with_hint(
+                    "poll completions to return buffers, or create the QP with a deeper send queue",
+                ));
+        }
+        Ok(())
+    }
+
+    /// Signals this request if the caller asked, or if leaving it unsignaled
+    /// could let unsignaled requests fill the send queue (a deadlock: their
+    /// slots are freed only by a later signaled completion).
+    #[inline]
+    fn decide_signal(&mut self, asked: bool, remaining_in_chain: u64) -> bool {
+        let forced = self.unsignaled_run + 1 + remaining_in_chain >= self.send.capacity() / 2;
+        if asked || forced {
+            self.unsignaled_run = 0;
+            true
+        } else {
+            self.unsignaled_run += 1;
+            false
+        }
+    }
+
+    fn build_send(
+        &mut self,
+        req: &SendRequest<B>,
+        wr: &mut sys::ibv_send_wr,
+        sges: &mut [sys::ibv_sge; MAX_SGE],
+        seq: u64,
+        remaining: u64,
+    ) -> Result<bool, Error> {
+        *wr = sys::ibv_send_wr::zeroed();
+        wr.num_sge = fill_sges(&req.locals, sges)?;
+        wr.sg_list = sges.as_mut_ptr();
+        fill_op(wr, &req.op, req.local_len())?;
+        let signaled = self.decide_signal(req.flags.signaled, remaining);
+        wr.wr_id = seq;
+        wr.send_flags = flags(signaled, req.flags.fence, req.flags.solicited, false);
+        Ok(signaled)
+    }
+
+    /// Posts one send-queue request. Its buffers belong to the queue pair
+    /// until [`poll`](QueuePair::poll) hands them back with the completion.
+    #[inline]
+    // The refused request comes back by value (no Box: no allocation).
+    #[allow(clippy::result_large_err)]
+    pub fn post_send(&mut self, req: SendRequest<B>) -> Result<(), PostError<SendRequest<B>>> {
+        if let Err(error) = self.check_can_send("post_send", 1) {
+            return Err(PostError {
+                error,
+                request: req,
+            });
+        }
+        let mut wr = sys::ibv_send_wr::zeroed();
+        let mut sges = [sys::ibv_sge::default(); MAX_SGE];
+        let run = self.unsignaled_run;
+        let seq = self.send.next_seq();
+        let signaled = match self.build_send(&req, &mut wr, &mut sges, seq, 0) {
+            Ok(s) => s,
+            Err(error) => {
+                return Err(PostError {
+                    error,
+                    request: req,
+                })
+            }
+        };
+        let mut bad = core::ptr::null_mut();
+        // SAFETY: live QP; `wr` and `sges` are valid for the call and point
+        // at buffers owned by `req`, which moves into the in-flight table
+        // below and stays there until the request completes.
+        let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
+        if let Err(error) = crate::ret::check_rc("ibv_post_send", rc) {
+            self.unsignaled_run = run;
+            return Err(PostError {
+                error: post_hint(error),
+                request: req,
+            });
+        }
+        let opcode = expected_opcode(&req.op);
+        self.send.push(Slot {
+            tag: req.tag,
+            locals: req.locals,
+            signaled,
+            opcode,
+        });
+        Ok(())
+    }
+
+    /// Posts up to [`MAX_CHAIN`] requests with one call (one doorbell),
+    /// taking each posted request out of `reqs`. On a partial post the
+    /// requests from the failed one on stay in `reqs`, untouched and not
+    /// posted, and the error says so; `Ok(n)` is the number posted.
+    pub fn post_send_chain(&mut self, reqs: &mut [Option<SendRequest<B>>]) -> Result<usize, Error> {
+        let count = reqs
+            .iter()
+            .take_while(|r| r.is_some())
+            .count()
+            .min(MAX_CHAIN);
+        if count == 0 {
+            return Ok(0);
+        }
+        self.check_can_send("post_send_chain", count as u64)?;
+        let mut wrs = [sys::ibv_send_wr::zeroed(); MAX_CHAIN];
+        let mut sges = [[sys::ibv_sge::default(); MAX_SGE]; MAX_CHAIN];
+        let mut signaled = [false; MAX_CHAIN];
+        let run = self.unsignaled_run;
+        let first = self.send.next_seq();
+        for i in 0..count {
+            let Some(req) = reqs[i].as_ref() else { break };
+            let remaining = (count - 1 - i) as u64;
+            match self.build_send(req, &mut wrs[i], &mut sges[i], first + i as u64, remaining) {
+                Ok(s) => signaled[i] = s,
+                Err(e) => {
+                    self.unsignaled_run = run;
+                    return Err(e);
+                }
+            }
+        }
+        for i in 0..count {
+            wrs[i].sg_list = sges[i].as_mut_ptr();
+            if i + 1 < count {
+                wrs[i].next = &mut wrs[i + 1];
+            }
+        }
+        let mut bad: *mut sys::ibv_send_wr = core::ptr::null_mut();
+        // SAFETY: live QP; the chain and its SGEs live on this stack frame
+        // for the call; the buffers they name are owned by `reqs`, from which
+        // every posted request moves into the in-flight table below.
+        let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), wrs.as_mut_ptr(), &mut bad) };
+        let posted = match crate::ret::check_rc("ibv_post_send", rc) {
+            Ok(()) => count,
+            Err(_) if !bad.is_null() => {
+                (bad as usize - wrs.as_ptr() as usize) / core::mem::size_of::<sys::ibv_send_wr>()
+            }
+            Err(_) => 0,
+        };
+        for (i, req) in reqs.iter_mut().enumerate().take(posted) {
+            if let Some(req) = req.take() {
+                let opcode = expected_opcode(&req.op);
+                self.send.push(Slot {
+                    tag: req.tag,
+                    locals: req.locals,
+                    signaled: signaled[i],
+                    opcode,
+                });
+            }
+        }
+        if posted < count {
+            self.unsignaled_run = run;
+            let e = crate::ret::check_rc("ibv_post_send", rc)
+                .err()
+                .unwrap_or(Error::os("ibv_post_send", rc));
+            return Err(post_hint(e)
+                .with_detail("partial post: the requests from the failed one on were not posted"));
+        }
+        Ok(posted)
+    }
+
+    /// Posts a Write, Write-with-immediate or Send whose data is copied into
+    /// the work request itself (`IBV_SEND_INLINE`): no local buffer, no lkey,
+    /// `data` is free again on return. Refused above the device's granted
+    /// `max_inline_data`.
+    #[inline]
+    pub fn post_inline(
+        &mut self,
+        op: SendOp,
+        data: &[u8],
+        tag: u64,
+        signaled: bool,
+    ) -> Result<(), Error> {
+        self.check_can_send("post_inline", 1)?;
+        if data.len() > self.caps.max_inline_data as usize {
+            return Err(Error::invalid(
+                "post_inline",
+                "inline data larger than the max_inline_data the device granted",
+            )
+            .with_hint("use a registered buffer, or ask for more max_inline_data in QpConfig"));
+        }
+        if matches!(
+            op,
+            SendOp::Read(_) | SendOp::FetchAdd { .. } | SendOp::CompareSwap { .. }
+        ) {
+            return Err(Error::invalid(
+                "post_inline",
+                "only Write, Write-with-immediate and Send can be inline",
+            ));
+        }
+        let mut wr = sys::ibv_send_wr::zeroed();
+        fill_op(&mut wr, &op, data.len())?;
+        let mut sge = sys::ibv_sge {
+            addr: data.as_ptr() as u64,
+            length: data.len() as u32,
+            lkey: 0,
+        };
+        wr.sg_list = &mut sge;
+        wr.num_sge = 1;
+        let run = self.unsignaled_run;
+        let signaled = self.decide_signal(signaled, 0);
+        wr.wr_id = self.send.next_seq();
+        wr.send_flags = flags(signaled, false, false, true);
+        let mut bad = core::ptr::null_mut();
+        // SAFETY: live QP; with IBV_SEND_INLINE the provider copies `data`
+        // during the call, so the borrow need not outlive it.
+        let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), &mut wr, &mut bad) };
+        if let Err(e) = crate::ret::check_rc("ibv_post_send", rc) {
+            self.unsignaled_run = run;
+            return Err(post_hint(e));
+        }
+        self.send.push(Slot {
+            tag,
+            locals: [None, None, None, None],
+            signaled,
+            opcode: expected_opcode(&op),
+        });
+        Ok(())
+    }
+
+    /// Posts a receive. Allowed from INIT on, so receives are in place
+    /// before the peer's first send (else: RNR retries, `RNR_RETRY_EXC_ERR`).
+    #[inline]
+    #[allow(clippy::result_large_err)]
+    pub fn post_recv(&mut self, req: RecvRequest<B>) -> Result<(), PostError<RecvRequest<B>>> {
+        if self.state == QpState::RESET || self.state == QpState::ERR {
+            let error = Error::new("post_recv", ErrorKind::BadState)
+                .with_detail("receives need INIT, RTR or RTS");
+            return Err(PostError {
+                error,
+                request: req,
+            });
+        }
+        if self.recv.is_full() {
+            let error = Error::new("post_recv", ErrorKind::QueueFull)
+                .with_detail("max_recv_wr receives already posted");
+            return Err(PostError {
+                error,
+                request: req,
+            });
+        }
+        let mut sges = [sys::ibv_sge::default(); MAX_SGE];
+        let num_sge = match fill_sges(&req.locals, &mut sges) {
+            Ok(n) => n,
+            Err(error) => {
+                return Err(PostError {
+                    error,
+                    request: req,
+                })
+            }
+        };
+        let mut wr = sys::ibv_recv_wr {
+            wr_id: RECV_BIT | self.recv.next_seq(),
+            next: core::ptr::null_mut(),
+            sg_list: sges.as_mut_ptr(),
+            num_sge,
+        };
+        let mut bad = core::ptr::null_mut();
+        // SAFETY: live QP; `wr`/`sges` valid for the call; the buffers move
+        // into the in-flight table below until the receive completes.
+        let rc = unsafe { sys::verbs_shim_post_recv(self.qp.as_ptr(), &mut wr, &mut bad) };
+        if let Err(error) = crate::ret::check_rc("ibv_post_recv", rc) {
+            return Err(PostError {
+                error,
+                request: req,
+            });
+        }
+        self.recv.push(Slot {
+            tag: req.tag,
+            locals: req.locals,
+            signaled: true,
+            opcode: WcOpcode::RECV,
+        });
+        Ok(())
+    }
+
+    /// Posts a raw send work request chain, bypassing the in-flight table.
+    /// Its completion comes back from [`poll`](QueuePair::poll) with the
+    /// `wr_id` (below 2^62) as tag and no buffers.
+    ///
+    /// # Safety
+    ///
+    /// Every scatter/gather entry must name memory registered in this QP's
+    /// PD that stays valid, and is neither read nor written by anyone but
+    /// the NIC, until the request's completion (or that of a later signaled
+    /// request) has been polled; `wr_id`s must be below 2^62.
+    pub unsafe fn post_send_raw(&mut self, wr: &mut sys::ibv_send_wr) -> Result<(), Error> {
+        let mut cur: *mut sys::ibv_send_wr = wr;
+        while !cur.is_null() {
+            // SAFETY: the caller passes a valid, NULL-terminated chain.
+            unsafe {
+                (*cur).wr_id |= RAW_BIT;
+                cur = (*cur).next;
+            }
+        }
+        let mut bad = core::ptr::null_mut();
+        // SAFETY: live QP; the caller upholds the memory contract above.
+        let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), wr, &mut bad) };
+        crate::ret::check_rc("ibv_post_send", rc).map_err(post_hint)
+    }
+
+    /// Polls the completion queue once (up to 16 entries) and hands every
+    /// finished request to `on_done` with its buffers, in completion order:
+    /// an unsignaled request is handed back (as `SUCCESS`, `signaled:
+    /// false`) when the next signaled request of its queue completes.
+    /// Returns the number handed back. Never blocks, never allocates.
+    #[inline]
+    pub fn poll(&mut self, mut on_done: impl FnMut(Completion<B>)) -> Result<usize, Error> {
+        let mut wcs = [WorkCompletion::zeroed(); 16];
+        let n = self.cq.poll(&mut wcs)?;
+        let mut delivered = 0;
+        for wc in &wcs[..n] {
+            delivered += self.retire(wc, &mut on_done);
+        }
+        Ok(delivered)
+    }
+
+    /// Polls until at least one request is handed back, or `deadline`
+    /// passes (a `TimedOut` error: a dead peer never hangs the caller).
+    pub fn wait(
+        &mut self,
+        deadline: Deadline,
+        mut on_done: impl FnMut(Completion<B>),
+    ) -> Result<usize, Error> {
+        loop {
+            let n = self.poll(&mut on_done)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            if deadline.passed() {
+                return Err(
+                    Error::new("wait for a completion", ErrorKind::TimedOut).with_hint(
+                        "is the peer alive and connected? an RC QP retries for timeout x retry_cnt",
+                    ),
+                );
+            }
+            core::hint::spin_loop();
+        }
+    }
+
+    /// Waits for one request to come back and returns it (others that come
+    /// back in the same poll are handed to `extra`).
+    pub fn wait_one(&mut self, deadline: Deadline) -> Result<Completion<B>, Error> {
+        let mut first = None;
+        self.wait(deadline, |c| {
+            if first.is_none() {
+                first = Some(c);
+            }
+        })?;
+        first.ok_or(Error::new("wait_one", ErrorKind::TimedOut))
+    }
+
+    #[inline]
+    fn retire(&mut self, wc: &WorkCompletion, on_done: &mut impl FnMut(Completion<B>)) -> usize {
+        let id = wc.wr_id();
+        let ok = wc.status() == crate::cq::WcStatus::SUCCESS;
+        if !ok {
+            self.state = QpState::ERR; // every later request will flush
+        }
+        if id & RAW_BIT != 0 && id & RECV_BIT == 0 {
+            on_done(completion_from(
+                wc,
+                id & SEQ_MASK,
+                false,
+                true,
+                [None, None, None, None],
+            ));
+            return 1;
+        }
+        let is_recv = id & RECV_BIT != 0;
+        let seq = id & SEQ_MASK;
+        let queue = if is_recv {
+            &mut self.recv
+        } else {
+            &mut self.send
+        };
+        if !queue.contains(seq) {
+            return 0; // not ours (a stale id): nothing to return
+        }
+        let mut delivered = 0;
+        while let Some((s, slot)) = queue.pop() {
+            delivered += 1;
+            if s == seq {
+                on_done(completion_from(
+                    wc,
+                    slot.tag,
+                    is_recv,
+                    slot.signaled,
+                    slot.locals,
+                ));
+                break;
+            }
+            // Completed by the later completion `seq` on the same queue.
+            on_done(Completion {
+                tag: slot.tag,
+                is_recv,
+                status: crate::cq::WcStatus::SUCCESS,
+                opcode: slot.opcode,
+                byte_len: 0,
+                imm: None,
+                signaled: slot.signaled,
+                vendor_err: 0,
+                locals: slot.locals,
+            });
+        }
+        delivered
+    }
+}
+
+fn completion_from<B>(
+    wc: &WorkCompletion,
+    tag: u64,
+    is_recv: bool,
+    signaled: bool,
+    locals: [Option<Local<B>>; MAX_SGE],
+) -> Completion<B> {
+    Completion {
+        tag,
+        is_recv,
+        status: wc.status(),
+        opcode: wc.opcode(),
+        byte_len: wc.byte_len(),
+        imm: wc.imm(),
+        signaled,
+        vendor_err: wc.0.vendor_err,
+        locals,
+    }
+}
+
+#[inline]
+fn flags(signaled: bool, fence: bool, solicited: bool, inline: bool) -> F {
+    let mut f = F::EMPTY;
+    if signaled {
+        f |= F::SIGNALED;
+    }
+    if fence {
+        f |= F::FENCE;
+    }
+    if solicited {
+        f |= F::SOLICITED;
+    }
+    if inline {
+        f |= F::INLINE;
+    }
+    f
+}
+
+#[cold]
+fn post_hint(e: Error) -> Error {
+    match e.errno() {
+        Some(libc::ENOMEM) => {
+            e.with_hint("the send queue is full on the device side: poll completions")
+        }
+        Some(libc::EINVAL) => {
+            e.with_hint("too many SGEs, inline data above max_inline_data, or a bad opcode for RC")
+        }
+        _ => e,
+    }
+}

@@ -1,0 +1,217 @@
+//! The public value types of the TLSF allocator: configuration, allocation,
+//! statistics and errors.
+
+use core::fmt;
+
+use super::{DEFAULT_GRANULE, DEFAULT_MAX_BLOCKS, MAX_BLOCKS_LIMIT};
+
+/// Construction parameters of a [`Tlsf`](super::Tlsf).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TlsfConfig {
+    /// Minimum block size and offset unit in bytes; a power of two. Every
+    /// request is rounded up to a multiple of it, and alignments up to it
+    /// cost nothing.
+    pub granule: u64,
+    /// Size of the node table: the most blocks (allocated plus free) that can
+    /// exist at once, `1..=MAX_BLOCKS_LIMIT`. At most `2 * live + 1` blocks
+    /// exist with `live` allocations.
+    pub max_blocks: u32,
+}
+
+impl Default for TlsfConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TlsfConfig {
+    /// The defaults: [`DEFAULT_GRANULE`] and [`DEFAULT_MAX_BLOCKS`].
+    #[must_use]
+    pub const fn new() -> Self {
+        Self {
+            granule: DEFAULT_GRANULE,
+            max_blocks: DEFAULT_MAX_BLOCKS,
+        }
+    }
+
+    /// Sets the granule (a power of two, checked by [`Tlsf::new`](super::Tlsf::new)).
+    #[must_use]
+    pub const fn with_granule(mut self, granule: u64) -> Self {
+        self.granule = granule;
+        self
+    }
+
+    /// Sets the node table size directly.
+    #[must_use]
+    pub const fn with_max_blocks(mut self, max_blocks: u32) -> Self {
+        self.max_blocks = max_blocks;
+        self
+    }
+
+    /// Sizes the node table for up to `max_live` simultaneous allocations,
+    /// `2 * max_live + 1` nodes, which rules out [`TlsfError::OutOfNodes`]
+    /// below that many live allocations. Saturates at [`MAX_BLOCKS_LIMIT`].
+    #[must_use]
+    pub const fn with_max_live(mut self, max_live: u32) -> Self {
+        let n = (max_live as u64) * 2 + 1;
+        self.max_blocks = if n > MAX_BLOCKS_LIMIT as u64 {
+            MAX_BLOCKS_LIMIT
+        } else {
+            n as u32
+        };
+        self
+    }
+}
+
+/// One allocated range of the region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[must_use = "an Allocation must be given back with Tlsf::free, or its range leaks"]
+pub struct Allocation {
+    /// Start of the range, in bytes from the start of the region; a multiple
+    /// of both the granule and the requested alignment.
+    pub offset: u64,
+    /// The size that was asked for, in bytes. The block reserved behind it is
+    /// this rounded up to the granule (that is what [`Stats::in_use`] counts);
+    /// the slack is the caller's to use or ignore.
+    pub len: u64,
+    /// Token for [`Tlsf::free`](super::Tlsf::free): node index plus generation.
+    pub handle: u32,
+}
+
+/// A snapshot of the allocator's accounting, from [`Tlsf::stats`](super::Tlsf::stats).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stats {
+    /// Bytes managed: the capacity given to [`Tlsf::new`](super::Tlsf::new) rounded down to the
+    /// granule.
+    pub capacity: u64,
+    /// Bytes in allocated blocks (requests rounded up to the granule).
+    pub in_use: u64,
+    /// Bytes in free blocks: `capacity - in_use`.
+    pub free: u64,
+    /// Size of the largest free block in bytes.
+    pub largest_free: u64,
+    /// Peak of `in_use` since construction.
+    pub high_water: u64,
+    /// Live allocations.
+    pub alloc_count: u64,
+    /// Successful allocations since construction.
+    pub total_allocs: u64,
+    /// Number of free blocks (1 when nothing is allocated; more means
+    /// fragmentation).
+    pub free_blocks: u64,
+}
+
+/// Why an allocator operation failed. Every failure is a value: the
+/// allocator does not panic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TlsfError {
+    /// A request for zero bytes.
+    ZeroSize,
+    /// The request exceeds the whole capacity and can never succeed.
+    TooLarge {
+        /// Bytes requested.
+        requested: u64,
+        /// Bytes managed.
+        capacity: u64,
+    },
+    /// The alignment is zero or not a power of two.
+    BadAlignment {
+        /// The alignment given.
+        align: u64,
+    },
+    /// No free block fits the request now (freeing may help).
+    OutOfMemory {
+        /// Bytes requested.
+        requested: u64,
+        /// The largest free block in bytes. It may be at least `requested`
+        /// when alignment or the good-fit rounding ruled it out.
+        largest_free: u64,
+    },
+    /// A block fits but the node table has no slot for the split-off parts;
+    /// raise [`TlsfConfig::max_blocks`].
+    OutOfNodes {
+        /// Size of the node table.
+        max_blocks: u32,
+    },
+    /// The handle is not a live allocation of this allocator: already freed,
+    /// stale, or never issued.
+    InvalidHandle {
+        /// The handle given.
+        handle: u32,
+    },
+    /// [`Tlsf::new`](super::Tlsf::new) rejected its parameters.
+    InvalidConfig {
+        /// What was wrong.
+        reason: &'static str,
+    },
+}
+
+impl fmt::Display for TlsfError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Self::ZeroSize => f.write_str("zero-size allocation request"),
+            Self::TooLarge {
+                requested,
+                capacity,
+            } => write!(
+                f,
+                "request of {requested} bytes exceeds the capacity of {capacity} bytes"
+            ),
+            Self::BadAlignment { align } => {
+                write!(f, "alignment {align} is not a power of two")
+            }
+            Self::OutOfMemory {
+                requested,
+                largest_free,
+            } => write!(
+                f,
+                "out of memory: {requested} bytes requested, \
+                 largest free block {largest_free} bytes"
+            ),
+            Self::OutOfNodes { max_blocks } => {
+                write!(f, "out of block descriptors (max_blocks = {max_blocks})")
+            }
+            Self::InvalidHandle { handle } => {
+                write!(f, "invalid handle {handle:#010x}: freed, stale or foreign")
+            }
+            Self::InvalidConfig { reason } => write!(f, "invalid TLSF configuration: {reason}"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for TlsfError {}
+
+#[cold]
+#[inline(never)]
+pub(super) fn zero_size() -> TlsfError {
+    TlsfError::ZeroSize
+}
+
+#[cold]
+#[inline(never)]
+pub(super) fn too_large(requested: u64, capacity: u64) -> TlsfError {
+    TlsfError::TooLarge {
+        requested,
+        capacity,
+    }
+}
+
+#[cold]
+#[inline(never)]
+pub(super) fn bad_alignment(align: u64) -> TlsfError {
+    TlsfError::BadAlignment { align }
+}
+
+#[cold]
+#[inline(never)]
+pub(super) fn invalid_handle(handle: u32) -> TlsfError {
+    TlsfError::InvalidHandle { handle }
+}
+
+#[cold]
+#[inline(never)]
+pub(super) fn invalid_config(reason: &'static str) -> TlsfError {
+    TlsfError::InvalidConfig { reason }
+}

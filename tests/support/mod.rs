@@ -1,0 +1,99 @@
+//! Test support: open the device a test was promised, and build a
+//! loopback pair of connected queue pairs on it.
+//!
+//! `VERBS_TEST_DEVICE` names the device (else the first one).
+//! With `VERBS_REQUIRE_DEVICE=1` (set inside the Soft-RoCE guests and in CI)
+//! a missing device FAILS the test; without it the test prints a visible
+//! `skipped: no RDMA device` line and returns.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use verbs::{Access, Context, Deadline, MemoryRegion, ProtectionDomain, QpConfig, QueuePair};
+
+/// The device under test, or `None` (with a visible skip line) when there
+/// is none and none was required.
+pub fn test_context(test: &str) -> Option<Context> {
+    let name = std::env::var("VERBS_TEST_DEVICE")
+        .ok()
+        .filter(|s| !s.is_empty());
+    let required = std::env::var("VERBS_REQUIRE_DEVICE").is_ok_and(|v| v == "1");
+    match Context::open(name.as_deref()) {
+        Ok(ctx) => Some(ctx),
+        Err(e) if required => {
+            panic!("{test}: VERBS_REQUIRE_DEVICE=1 but the RDMA device {name:?} did not open: {e}")
+        }
+        Err(e) => {
+            println!("skipped: no RDMA device ({test}: {e})");
+            eprintln!("skipped: no RDMA device ({test})");
+            None
+        }
+    }
+}
+
+/// Opens the test device or returns from the test (skip) / panics (required).
+#[macro_export]
+macro_rules! device_or_skip {
+    ($name:expr) => {
+        match support::test_context($name) {
+            Some(ctx) => ctx,
+            None => return,
+        }
+    };
+}
+
+/// A generous deadline for one operation on a TCG guest.
+pub fn deadline() -> Deadline {
+    Deadline::after(Duration::from_secs(20))
+}
+
+/// The QP configuration of the tests: everything remote allowed at the QP
+/// level, so that the memory regions' own access flags are what is tested.
+pub fn config() -> QpConfig {
+    QpConfig {
+        remote_access: Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+        ..QpConfig::default()
+    }
+}
+
+/// Two RC queue pairs on one device, connected to each other (loopback).
+pub fn connected_pair<B: verbs::LocalBuf>(pd: &ProtectionDomain) -> (QueuePair<B>, QueuePair<B>) {
+    connected_pair_with(pd, &config(), &verbs::ConnectOptions::default())
+}
+
+/// As [`connected_pair`] with explicit settings.
+pub fn connected_pair_with<B: verbs::LocalBuf>(
+    pd: &ProtectionDomain,
+    config: &QpConfig,
+    opts: &verbs::ConnectOptions,
+) -> (QueuePair<B>, QueuePair<B>) {
+    let mut a = QueuePair::new(pd, config).expect("create QP a");
+    let mut b = QueuePair::new(pd, config).expect("create QP b");
+    let (ea, eb) = (a.endpoint(), b.endpoint());
+    a.connect_with(&eb, opts).expect("connect a -> b");
+    b.connect_with(&ea, opts).expect("connect b -> a");
+    (a, b)
+}
+
+/// A region with remote write, read and atomic access.
+pub fn remote_region(pd: &ProtectionDomain, len: usize) -> MemoryRegion {
+    MemoryRegion::with_access(
+        pd,
+        len,
+        Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC,
+    )
+    .expect("register a remote region")
+}
+
+/// A distinct byte pattern for `seed`.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
