@@ -24,6 +24,7 @@ pub mod gid;
 pub mod tlsf;
 pub mod wire;
 
+pub mod arena;
 pub mod cq;
 pub mod device;
 pub mod error;
@@ -35,6 +36,7 @@ mod ret;
 pub mod time;
 pub mod wr;
 
+pub use arena::{Arena, ArenaBuf, ArenaConfig, ExposedBuf};
 pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{devices, Context, DeviceInfo, GidEntry};
 pub use endpoint::{Endpoint, Mtu, RemoteRegion};

@@ -39,7 +39,6 @@ pub unsafe trait LocalBuf: Send {
 pub(crate) struct PageMemory {
     ptr: NonNull<u8>,
     len: usize,
-    #[allow(dead_code)] // reported by the arena
     huge: bool,
 }
 
@@ -89,7 +88,6 @@ impl PageMemory {
         self.len
     }
 
-    #[allow(dead_code)] // reported by the arena
     pub(crate) fn is_huge(&self) -> bool {
         self.huge
     }

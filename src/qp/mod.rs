@@ -26,6 +26,12 @@ use inflight::InFlight;
 
 pub use crate::sys::ibv_qp_state as QpState;
 
+/// The vendor id of Linux Soft-RoCE (rxe), whose responder checks a memory
+/// window's accesses against the underlying region's range, not the
+/// window's (drivers/infiniband/sw/rxe/rxe_resp.c, check_rkey): a window
+/// there grants the whole region.
+pub(crate) const SOFT_ROCE_VENDOR_ID: u32 = 0x00FF_FFFF;
+
 /// Sizes and policies of a queue pair; the defaults suit most RC users.
 #[derive(Clone, Copy, Debug)]
 pub struct QpConfig {
@@ -82,6 +88,8 @@ pub struct QueuePair<B: LocalBuf> {
     caps: sys::ibv_qp_cap,
     max_rd_atomic: u8,
     max_dest_rd_atomic: u8,
+    /// False where memory windows are known not to enforce their bounds.
+    windows_bounded: bool,
     send: InFlight<B>,
     recv: InFlight<B>,
     unsignaled_run: u64,
@@ -138,6 +146,7 @@ impl<B: LocalBuf> QueuePair<B> {
             caps,
             max_rd_atomic: dev.max_qp_rd_atom().clamp(1, 16),
             max_dest_rd_atomic: dev.max_qp_init_rd_atom().clamp(1, 16),
+            windows_bounded: dev.0.vendor_id != SOFT_ROCE_VENDOR_ID,
             send: InFlight::new(caps.max_send_wr),
             recv: InFlight::new(caps.max_recv_wr),
             unsignaled_run: 0,
@@ -199,6 +208,12 @@ impl<B: LocalBuf> QueuePair<B> {
         }
         self.psn = psn;
         Ok(())
+    }
+
+    /// False on devices whose memory windows do not enforce their own
+    /// bounds (Soft-RoCE): [`QueuePair::expose`] then registers the buffer instead.
+    pub fn windows_enforce_bounds(&self) -> bool {
+        self.windows_bounded
     }
 
     /// The queue pair number.

@@ -433,6 +433,28 @@ impl<B: LocalBuf> QueuePair<B> {
         Ok(())
     }
 
+    /// Posts a memory-window bind (`IBV_WR_BIND_MW`, always signaled) that
+    /// the arena built; it comes back from `poll` with opcode `BIND_MW`.
+    pub(crate) fn post_bind(&mut self, wr: &mut sys::ibv_send_wr, tag: u64) -> Result<(), Error> {
+        self.check_can_send("bind memory window", 1)?;
+        wr.wr_id = self.send.next_seq();
+        wr.send_flags = F::SIGNALED;
+        self.unsignaled_run = 0;
+        let mut bad = core::ptr::null_mut();
+        // SAFETY: live QP; `wr` is a complete bind request whose window,
+        // region and range the caller (arena::window) keeps alive until the
+        // window is deallocated.
+        let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), wr, &mut bad) };
+        crate::ret::check_rc("ibv_post_send(BIND_MW)", rc).map_err(post_hint)?;
+        self.send.push(Slot {
+            tag,
+            locals: [None, None, None, None],
+            signaled: true,
+            opcode: WcOpcode::BIND_MW,
+        });
+        Ok(())
+    }
+
     /// Posts a raw send work request chain, bypassing the in-flight table.
     /// Its completion comes back from [`poll`](QueuePair::poll) with the
     /// `wr_id` (below 2^62) as tag and no buffers.

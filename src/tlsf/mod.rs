@@ -337,6 +337,14 @@ impl Tlsf {
         })
     }
 
+    /// The node-table slot of a live handle: an index below
+    /// [`Tlsf::max_blocks`], unique among live allocations (callers keep
+    /// per-allocation side tables indexed by it).
+    #[inline]
+    pub fn handle_slot(&self, handle: u32) -> usize {
+        (handle & ((1 << self.index_bits) - 1)) as usize
+    }
+
     /// Returns an allocation's range to the free lists, merging it with free
     /// physical neighbours. O(1).
     ///
