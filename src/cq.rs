@@ -7,7 +7,11 @@ use core::ptr::NonNull;
 use crate::device::Context;
 use crate::error::{Error, ErrorKind, WcError};
 use crate::pd::destroy;
-use crate::ret::{check_count, check_ptr};
+use crate::ret::{check_count, check_ptr, check_rc};
+use core::sync::atomic::{AtomicU32, Ordering};
+
+/// Completion events are acknowledged (a mutex-taking call) once per this many.
+pub const ACK_BATCH: u32 = 64;
 use crate::sys::{self, Zeroed};
 
 pub use crate::sys::{ibv_wc_opcode as WcOpcode, ibv_wc_status as WcStatus};
@@ -15,6 +19,10 @@ pub use crate::sys::{ibv_wc_opcode as WcOpcode, ibv_wc_status as WcStatus};
 pub(crate) struct CqInner {
     pub(crate) ptr: NonNull<sys::ibv_cq>,
     depth: u32,
+    /// Events read from the channel and not yet acknowledged (acked in
+    /// batches, and all before the CQ is destroyed).
+    unacked: AtomicU32,
+    channel: Option<CompletionChannel>,
     _ctx: Context,
 }
 
@@ -26,7 +34,13 @@ unsafe impl Sync for CqInner {}
 
 impl Drop for CqInner {
     fn drop(&mut self) {
-        // SAFETY: every QP using this CQ holds an Arc to it, so none is alive.
+        let unacked = *self.unacked.get_mut();
+        if unacked > 0 {
+            // SAFETY: live CQ; exactly the events read and not yet acked.
+            unsafe { sys::ibv_ack_cq_events(self.ptr.as_ptr(), unacked) };
+        }
+        // SAFETY: every QP using this CQ holds an Arc to it, so none is alive;
+        // the channel (a field) is destroyed after the CQ.
         destroy("ibv_destroy_cq", unsafe {
             sys::ibv_destroy_cq(self.ptr.as_ptr())
         });
@@ -42,27 +56,124 @@ pub struct CompletionQueue {
 impl CompletionQueue {
     /// A completion queue with room for at least `depth` completions.
     pub fn new(ctx: &Context, depth: u32) -> Result<CompletionQueue, Error> {
+        Self::create(ctx, depth, None)
+    }
+
+    /// A completion queue that can wake a sleeping thread: its completion
+    /// events arrive on `channel` (see [`CompletionQueue::wait_readable`]).
+    pub fn with_channel(
+        ctx: &Context,
+        depth: u32,
+        channel: &CompletionChannel,
+    ) -> Result<CompletionQueue, Error> {
+        Self::create(ctx, depth, Some(channel.clone()))
+    }
+
+    fn create(
+        ctx: &Context,
+        depth: u32,
+        channel: Option<CompletionChannel>,
+    ) -> Result<CompletionQueue, Error> {
         let cqe = i32::try_from(depth.max(1))
             .map_err(|_| Error::invalid("ibv_create_cq", "depth too large"))?;
-        // SAFETY: live context; no channel, no user context.
+        let ch = channel
+            .as_ref()
+            .map_or(core::ptr::null_mut(), |c| c.inner.ptr.as_ptr());
+        // SAFETY: live context; `ch` is NULL or a live channel of the same
+        // context that the CQ keeps alive (field `channel`).
         let ptr = check_ptr("ibv_create_cq", unsafe {
-            sys::ibv_create_cq(
-                ctx.as_raw(),
-                cqe,
-                core::ptr::null_mut(),
-                core::ptr::null_mut(),
-                0,
-            )
+            sys::ibv_create_cq(ctx.as_raw(), cqe, core::ptr::null_mut(), ch, 0)
         })?;
         // SAFETY: `ptr` is a live CQ; `cqe` is what the provider granted.
         let granted = unsafe { ptr.as_ref().cqe }.max(0) as u32;
+        let inner = CqInner {
+            ptr,
+            depth: granted,
+            unacked: AtomicU32::new(0),
+            channel,
+            _ctx: ctx.clone(),
+        };
         Ok(CompletionQueue {
-            inner: Arc::new(CqInner {
-                ptr,
-                depth: granted,
-                _ctx: ctx.clone(),
-            }),
+            inner: Arc::new(inner),
         })
+    }
+
+    /// Arms the queue: the next completion (with `solicited_only`, the next
+    /// solicited or error completion) sends one event to the channel.
+    pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
+        // SAFETY: live CQ.
+        check_rc("ibv_req_notify_cq", unsafe {
+            sys::verbs_shim_req_notify_cq(self.inner.ptr.as_ptr(), i32::from(solicited_only))
+        })
+    }
+
+    /// The channel's file descriptor (non-blocking), to register with
+    /// `poll`/`epoll` in an event loop; `None` without a channel.
+    pub fn event_fd(&self) -> Option<i32> {
+        self.inner.channel.as_ref().map(|c| c.fd())
+    }
+
+    /// Sleeps until the channel has an event or `timeout_ms` passes, then
+    /// consumes every pending event (acknowledged in batches). Returns
+    /// whether an event arrived. Re-arm with [`CompletionQueue::req_notify`]
+    /// and poll again before sleeping again, or a completion can be missed.
+    pub fn wait_readable(&self, timeout_ms: i32) -> Result<bool, Error> {
+        let fd = self
+            .event_fd()
+            .ok_or_else(|| Error::invalid("wait for CQ event", "the CQ has no channel"))?;
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        if ready < 0 {
+            let e = crate::ret::errno();
+            return if e == libc::EINTR {
+                Ok(false)
+            } else {
+                Err(Error::os("poll(CQ channel)", e))
+            };
+        }
+        Ok(ready > 0 && self.take_events()? > 0)
+    }
+
+    /// Reads every pending event off the channel (non-blocking) and
+    /// acknowledges them in batches of [`ACK_BATCH`].
+    pub fn take_events(&self) -> Result<u32, Error> {
+        let Some(channel) = &self.inner.channel else {
+            return Ok(0);
+        };
+        let mut n = 0;
+        loop {
+            let mut cq = core::ptr::null_mut();
+            let mut user = core::ptr::null_mut();
+            // SAFETY: live channel (non-blocking fd); valid out-pointers.
+            let rc =
+                unsafe { sys::ibv_get_cq_event(channel.inner.ptr.as_ptr(), &mut cq, &mut user) };
+            if rc != 0 {
+                let e = crate::ret::errno();
+                if e == libc::EAGAIN || e == libc::EWOULDBLOCK {
+                    break;
+                }
+                return Err(Error::os("ibv_get_cq_event", e));
+            }
+            if cq != self.inner.ptr.as_ptr() {
+                // A channel shared with another CQ: that CQ's event, acked at once.
+                // SAFETY: the library just returned this live CQ's event.
+                unsafe { sys::ibv_ack_cq_events(cq, 1) };
+                continue;
+            }
+            n += 1;
+        }
+        let pending = self.inner.unacked.fetch_add(n, Ordering::Relaxed) + n;
+        if pending >= ACK_BATCH {
+            let taken = self.inner.unacked.swap(0, Ordering::Relaxed);
+            // SAFETY: live CQ; `taken` events were read and not yet acked.
+            unsafe { sys::ibv_ack_cq_events(self.inner.ptr.as_ptr(), taken) };
+        }
+        Ok(n)
     }
 
     /// The number of completions the queue can hold (as granted).
@@ -147,5 +258,77 @@ impl WorkCompletion {
                 vendor_err: self.0.vendor_err,
             }),
         ))
+    }
+}
+
+pub(crate) struct ChannelInner {
+    ptr: NonNull<sys::ibv_comp_channel>,
+    _ctx: Context,
+}
+
+// SAFETY: a completion channel is a file descriptor plus library state
+// guarded by the library; the pointer is only passed to verbs.
+unsafe impl Send for ChannelInner {}
+// SAFETY: as above.
+unsafe impl Sync for ChannelInner {}
+
+impl Drop for ChannelInner {
+    fn drop(&mut self) {
+        // SAFETY: every CQ using it holds an Arc to it, so none is alive.
+        destroy("ibv_destroy_comp_channel", unsafe {
+            sys::ibv_destroy_comp_channel(self.ptr.as_ptr())
+        });
+    }
+}
+
+/// A completion event channel (`struct ibv_comp_channel`): a file
+/// descriptor that becomes readable when an armed CQ gets a completion.
+#[derive(Clone)]
+pub struct CompletionChannel {
+    inner: Arc<ChannelInner>,
+}
+
+impl CompletionChannel {
+    /// Creates a channel whose descriptor is non-blocking (so reading
+    /// events until `EAGAIN` never sleeps).
+    pub fn new(ctx: &Context) -> Result<CompletionChannel, Error> {
+        // SAFETY: live context.
+        let ptr = check_ptr("ibv_create_comp_channel", unsafe {
+            sys::ibv_create_comp_channel(ctx.as_raw())
+        })?;
+        let this = CompletionChannel {
+            inner: Arc::new(ChannelInner {
+                ptr,
+                _ctx: ctx.clone(),
+            }),
+        };
+        let fd = this.fd();
+        // SAFETY: `fd` is the channel's open descriptor; F_GETFL/F_SETFL
+        // only change its flags.
+        let ok = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+        };
+        if !ok {
+            return Err(Error::os(
+                "fcntl(O_NONBLOCK) on the completion channel",
+                crate::ret::errno(),
+            ));
+        }
+        Ok(this)
+    }
+
+    /// The descriptor, for `poll`/`epoll`.
+    pub fn fd(&self) -> i32 {
+        // SAFETY: live channel; `fd` is set at creation and never changes.
+        unsafe { self.inner.ptr.as_ref().fd }
+    }
+}
+
+impl core::fmt::Debug for CompletionChannel {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CompletionChannel")
+            .field("fd", &self.fd())
+            .finish()
     }
 }

@@ -37,7 +37,7 @@ pub mod time;
 pub mod wr;
 
 pub use arena::{Arena, ArenaBuf, ArenaConfig, ExposedBuf};
-pub use cq::{CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
+pub use cq::{CompletionChannel, CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
 pub use device::{devices, Context, DeviceInfo, GidEntry};
 pub use endpoint::{Endpoint, Mtu, RemoteRegion};
 pub use error::{Error, ErrorKind, WcError};

@@ -54,6 +54,9 @@ pub struct QpConfig {
     /// Upper bound on the path MTU (the port's active MTU and the peer's
     /// also bound it).
     pub max_mtu: Mtu,
+    /// Give the QP's completion queue an event channel, so a thread can
+    /// sleep until a completion arrives ([`QueuePair::wait_event`]).
+    pub events: bool,
 }
 
 impl Default for QpConfig {
@@ -67,6 +70,7 @@ impl Default for QpConfig {
             max_inline_data: 64,
             remote_access: Access::EMPTY,
             max_mtu: Mtu::MTU_4096,
+            events: false,
         }
     }
 }
@@ -116,7 +120,12 @@ impl<B: LocalBuf> QueuePair<B> {
             )
             .with_hint("`ibv_devinfo -v` shows max_qp_wr"));
         }
-        let cq = CompletionQueue::new(ctx, config.max_send_wr + config.max_recv_wr)?;
+        let depth = config.max_send_wr + config.max_recv_wr;
+        let cq = if config.events {
+            CompletionQueue::with_channel(ctx, depth, &crate::cq::CompletionChannel::new(ctx)?)?
+        } else {
+            CompletionQueue::new(ctx, depth)?
+        };
         let mut init = sys::ibv_qp_init_attr::zeroed();
         init.send_cq = cq.as_raw();
         init.recv_cq = cq.as_raw();

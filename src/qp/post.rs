@@ -519,6 +519,41 @@ impl<B: LocalBuf> QueuePair<B> {
         }
     }
 
+    /// Sleeps (no CPU) until at least one request is handed back, or
+    /// `deadline` passes. Needs `QpConfig::events`. With `solicited_only`,
+    /// only a solicited (or error) completion wakes the thread; others are
+    /// handed back at the next wake-up.
+    ///
+    /// The sequence that cannot miss a wake-up: poll; arm; poll again (a
+    /// completion may have arrived before arming, and produces no event);
+    /// only then sleep on the channel, and read it until it would block.
+    pub fn wait_event(
+        &mut self,
+        deadline: Deadline,
+        solicited_only: bool,
+        mut on_done: impl FnMut(Completion<B>),
+    ) -> Result<usize, Error> {
+        loop {
+            let n = self.poll(&mut on_done)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            self.cq.req_notify(solicited_only)?;
+            let n = self.poll(&mut on_done)?;
+            if n > 0 {
+                return Ok(n);
+            }
+            if deadline.passed() {
+                return Err(Error::new(
+                    "wait for a completion event",
+                    ErrorKind::TimedOut,
+                ));
+            }
+            let ms = deadline.remaining().as_millis().clamp(1, i32::MAX as u128) as i32;
+            self.cq.wait_readable(ms)?;
+        }
+    }
+
     /// Waits for one request to come back and returns it (others that come
     /// back in the same poll are handed to `extra`).
     pub fn wait_one(&mut self, deadline: Deadline) -> Result<Completion<B>, Error> {

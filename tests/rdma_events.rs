@@ -1,0 +1,176 @@
+//! Completion events: a waiting thread sleeps (no CPU), wakes on an
+//! arriving completion, and no completion is lost across many wake-ups.
+
+mod support;
+
+use std::time::Duration;
+
+use verbs::{Deadline, MemoryRegion, ProtectionDomain, QpConfig, QueuePair, RecvRequest, SendOp};
+
+type Qp = QueuePair<MemoryRegion>;
+
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out-pointer; CLOCK_THREAD_CPUTIME_ID exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+fn event_pair(name: &str) -> Option<(ProtectionDomain, Qp, Qp)> {
+    let ctx = support::test_context(name)?;
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let config = QpConfig {
+        events: true,
+        max_recv_wr: 256,
+        ..support::config()
+    };
+    let (a, b) = support::connected_pair_with(&pd, &config, &Default::default());
+    assert!(b.cq().event_fd().is_some(), "an event fd for poll/epoll");
+    Some((pd, a, b))
+}
+
+#[test]
+fn a_waiting_thread_sleeps_and_wakes_on_a_completion() {
+    let Some((pd, mut a, mut b)) = event_pair("a_waiting_thread_sleeps_and_wakes") else {
+        return;
+    };
+    b.post_recv(RecvRequest::new(MemoryRegion::new(&pd, 4096).unwrap()))
+        .map_err(|e| e.error)
+        .unwrap();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        ready_tx.send(()).unwrap();
+        let cpu0 = thread_cpu();
+        let t0 = std::time::Instant::now();
+        let mut got = None;
+        b.wait_event(Deadline::after(Duration::from_secs(30)), false, |c| {
+            got = Some(c)
+        })
+        .unwrap();
+        (
+            thread_cpu() - cpu0,
+            t0.elapsed(),
+            got.unwrap().result().is_ok(),
+        )
+    });
+    ready_rx.recv().unwrap();
+    // Let the waiter sit idle for a while before anything arrives.
+    std::thread::sleep(Duration::from_millis(1500));
+    a.post_inline(SendOp::Send, b"wake up", 1, true).unwrap();
+    a.wait_one(support::deadline()).unwrap().result().unwrap();
+    let (cpu, wall, ok) = waiter.join().unwrap();
+    assert!(ok, "the completion that woke it succeeded");
+    assert!(
+        wall >= Duration::from_millis(1400),
+        "it really waited: {wall:?}"
+    );
+    assert!(
+        cpu < wall / 10,
+        "it slept instead of spinning: {cpu:?} CPU over {wall:?}"
+    );
+    println!("idle wait: {wall:?} wall, {cpu:?} CPU");
+}
+
+#[test]
+fn no_completion_is_lost_across_ten_thousand_wake_ups() {
+    let Some((pd, mut a, mut b)) = event_pair("no_completion_is_lost") else {
+        return;
+    };
+    const N: u64 = 10_000;
+    let recv_buf = || RecvRequest::new(MemoryRegion::new(&pd, 4096).unwrap());
+    for _ in 0..128 {
+        b.post_recv(recv_buf()).map_err(|e| e.error).unwrap();
+    }
+    let receiver = std::thread::spawn(move || {
+        let (mut received, mut wakeups) = (0u64, 0u64);
+        let mut seen = vec![false; N as usize];
+        while received < N {
+            let mut inbox = Vec::new();
+            b.wait_event(Deadline::after(Duration::from_secs(60)), false, |c| {
+                inbox.push(c)
+            })
+            .unwrap();
+            wakeups += 1;
+            for mut c in inbox {
+                c.result().unwrap();
+                let imm = c.imm.expect("each send carries its number") as usize;
+                assert!(!seen[imm], "message {imm} delivered twice");
+                seen[imm] = true;
+                received += 1;
+                // Recycle the buffer as a new receive.
+                let buf = c.take_buf().unwrap();
+                b.post_recv(RecvRequest::new(buf))
+                    .map_err(|e| e.error)
+                    .unwrap();
+            }
+        }
+        (received, wakeups, seen.iter().all(|&s| s))
+    });
+    let mut sent = 0u64;
+    while sent < N {
+        // Stay within the receiver's 128 posted receives (rnr_retry 7 would
+        // also cover it, but the test is about events, not RNR).
+        let signaled = sent % 32 == 31 || sent == N - 1; // the last one returns the unsignaled tail
+        match a.post_inline(SendOp::SendImm(sent as u32), b"x", sent, signaled) {
+            Ok(()) => sent += 1,
+            Err(e) if e.kind() == verbs::ErrorKind::QueueFull => {
+                a.wait(support::deadline(), |c| c.result().unwrap())
+                    .unwrap();
+            }
+            Err(e) => panic!("{e}"),
+        }
+        if sent % 64 == 0 {
+            std::thread::sleep(Duration::from_micros(200)); // let the receiver sleep between bursts
+        }
+    }
+    while a.in_flight().0 > 0 {
+        a.wait(support::deadline(), |c| c.result().unwrap())
+            .unwrap();
+    }
+    let (received, wakeups, all) = receiver.join().unwrap();
+    assert_eq!(received, N);
+    assert!(all, "every message number arrived exactly once");
+    println!("{received} completions over {wakeups} wake-ups");
+    assert!(
+        wakeups > 100,
+        "the receiver really slept and woke many times ({wakeups})"
+    );
+}
+
+#[test]
+fn solicited_only_wakes_on_the_solicited_send() {
+    let Some((pd, mut a, mut b)) = event_pair("solicited_only_wakes_on_the_solicited_send") else {
+        return;
+    };
+    for _ in 0..2 {
+        b.post_recv(RecvRequest::new(MemoryRegion::new(&pd, 4096).unwrap()))
+            .map_err(|e| e.error)
+            .unwrap();
+    }
+    // Arm for solicited events, then deliver an unsolicited send: no event.
+    b.cq().req_notify(true).unwrap();
+    a.post_inline(SendOp::Send, b"quiet", 1, true).unwrap();
+    a.wait_one(support::deadline()).unwrap().result().unwrap();
+    assert!(
+        !b.cq().wait_readable(500).unwrap(),
+        "an unsolicited completion sends no event"
+    );
+    // A solicited send does wake it.
+    let mut req = verbs::SendRequest::<MemoryRegion>::empty(SendOp::SendImm(9)).solicited();
+    req = req.tag(2);
+    a.post_send(req).map_err(|e| e.error).unwrap();
+    assert!(
+        b.cq().wait_readable(20_000).unwrap(),
+        "the solicited completion sends an event"
+    );
+    let mut n = 0;
+    b.wait(support::deadline(), |c| {
+        c.result().unwrap();
+        n += 1
+    })
+    .unwrap();
+    assert!(n >= 1);
+}
