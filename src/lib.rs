@@ -33,6 +33,7 @@ pub mod mr;
 pub mod pd;
 pub mod qp;
 mod ret;
+pub mod srq;
 pub mod time;
 pub mod wr;
 
@@ -46,5 +47,6 @@ pub use memory::LocalBuf;
 pub use mr::{Access, MemoryRegion};
 pub use pd::ProtectionDomain;
 pub use qp::{Completion, ConnectOptions, PostError, QpConfig, QueuePair};
+pub use srq::SharedReceiveQueue;
 pub use time::Deadline;
 pub use wr::{Local, RecvRequest, RemoteSlice, SendOp, SendRequest};

@@ -106,6 +106,16 @@ pub struct Completion<B> {
     /// The provider's vendor error code.
     pub vendor_err: u32,
     pub(crate) locals: [Option<Local<B>>; MAX_SGE],
+    /// For a receive on a shared receive queue: its id there (0 otherwise).
+    pub(crate) srq_wr_id: u64,
+}
+
+impl<B> Completion<B> {
+    /// True for a receive on a shared receive queue whose buffers are still
+    /// with the SRQ (see `SharedReceiveQueue::complete`).
+    pub fn is_srq_pending(&self) -> bool {
+        self.srq_wr_id != 0
+    }
 }
 
 impl<B> Completion<B> {

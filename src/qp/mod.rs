@@ -21,6 +21,7 @@ use crate::memory::LocalBuf;
 use crate::mr::Access;
 use crate::pd::{destroy, ProtectionDomain};
 use crate::ret::{check_ptr, check_rc};
+use crate::srq::SharedReceiveQueue;
 use crate::sys::{self, Zeroed};
 use inflight::InFlight;
 
@@ -97,6 +98,7 @@ pub struct QueuePair<B: LocalBuf> {
     send: InFlight<B>,
     recv: InFlight<B>,
     unsignaled_run: u64,
+    has_srq: bool,
 }
 
 // SAFETY: the QP owns its in-flight buffers (B: Send) and its verbs handle,
@@ -107,6 +109,26 @@ impl<B: LocalBuf> QueuePair<B> {
     /// Creates an RC queue pair (and its completion queue) on `pd` and moves
     /// it to INIT, with the GID and addressing chosen from the port.
     pub fn new(pd: &ProtectionDomain, config: &QpConfig) -> Result<QueuePair<B>, Error> {
+        Self::create(pd, config, None)
+    }
+
+    /// As [`QueuePair::new`], receiving through a shared receive queue: its
+    /// receive completions come back from [`QueuePair::poll`] without
+    /// buffers; pass them to [`SharedReceiveQueue::complete`]. Drop every
+    /// queue pair of an SRQ before the SRQ.
+    pub fn with_srq(
+        pd: &ProtectionDomain,
+        config: &QpConfig,
+        srq: &SharedReceiveQueue<B>,
+    ) -> Result<QueuePair<B>, Error> {
+        Self::create(pd, config, Some(srq.as_raw()))
+    }
+
+    fn create(
+        pd: &ProtectionDomain,
+        config: &QpConfig,
+        srq: Option<*mut sys::ibv_srq>,
+    ) -> Result<QueuePair<B>, Error> {
         let ctx = pd.context();
         let dev = ctx.query_device()?;
         let port = ctx.query_port(config.port)?;
@@ -129,6 +151,7 @@ impl<B: LocalBuf> QueuePair<B> {
         let mut init = sys::ibv_qp_init_attr::zeroed();
         init.send_cq = cq.as_raw();
         init.recv_cq = cq.as_raw();
+        init.srq = srq.unwrap_or(core::ptr::null_mut());
         init.qp_type = sys::ibv_qp_type::RC;
         init.cap = sys::ibv_qp_cap {
             max_send_wr: config.max_send_wr.max(1),
@@ -159,6 +182,7 @@ impl<B: LocalBuf> QueuePair<B> {
             send: InFlight::new(caps.max_send_wr),
             recv: InFlight::new(caps.max_recv_wr),
             unsignaled_run: 0,
+            has_srq: srq.is_some(),
         };
         this.enter_init(config)?;
         Ok(this)

@@ -390,6 +390,14 @@ impl<B: LocalBuf> QueuePair<B> {
                 request: req,
             });
         }
+        if self.has_srq {
+            let error = Error::new("post_recv", ErrorKind::BadState)
+                .with_detail("this queue pair receives through its shared receive queue");
+            return Err(PostError {
+                error,
+                request: req,
+            });
+        }
         if self.recv.is_full() {
             let error = Error::new("post_recv", ErrorKind::QueueFull)
                 .with_detail("max_recv_wr receives already posted");
@@ -573,6 +581,12 @@ impl<B: LocalBuf> QueuePair<B> {
         if !ok {
             self.state = QpState::ERR; // every later request will flush
         }
+        if id & crate::srq::SRQ_BIT != 0 && id & RECV_BIT == 0 {
+            let mut c = completion_from(wc, 0, true, true, [None, None, None, None]);
+            c.srq_wr_id = id;
+            on_done(c);
+            return 1;
+        }
         if id & RAW_BIT != 0 && id & RECV_BIT == 0 {
             on_done(completion_from(
                 wc,
@@ -617,6 +631,7 @@ impl<B: LocalBuf> QueuePair<B> {
                 signaled: slot.signaled,
                 vendor_err: 0,
                 locals: slot.locals,
+                srq_wr_id: 0,
             });
         }
         delivered
@@ -640,6 +655,7 @@ fn completion_from<B>(
         signaled,
         vendor_err: wc.0.vendor_err,
         locals,
+        srq_wr_id: 0,
     }
 }
 
