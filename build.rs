@@ -16,6 +16,9 @@ use std::process::{exit, Command};
 
 const SHIM_SOURCES: &[&str] = &["c_shim/verbs_shim.c"];
 const SHIM_HEADERS: &[&str] = &["c_shim/verbs_shim.h"];
+/// With the `rdmacm` feature: the librdmacm part of the shim.
+const RDMACM_SOURCES: &[&str] = &["c_shim/verbs_rdmacm.c"];
+const RDMACM_HEADERS: &[&str] = &["c_shim/verbs_rdmacm.h"];
 
 fn main() {
     let target = env::var("TARGET").expect("cargo sets TARGET");
@@ -32,21 +35,49 @@ fn main() {
         cflags.push(format!("-I{}", dir.display()));
     }
 
-    for f in SHIM_SOURCES.iter().chain(SHIM_HEADERS) {
+    let rdmacm = env::var_os("CARGO_FEATURE_RDMACM").is_some();
+    for f in SHIM_SOURCES
+        .iter()
+        .chain(SHIM_HEADERS)
+        .chain(RDMACM_SOURCES)
+        .chain(RDMACM_HEADERS)
+    {
         println!("cargo:rerun-if-changed={f}");
     }
     println!("cargo:rerun-if-changed=build.rs");
 
-    require_verbs_header(&cc, &cflags, &out);
+    require_header(
+        &cc,
+        &cflags,
+        &out,
+        "infiniband/verbs.h",
+        "libibverbs-dev",
+        "rdma-core-devel",
+    );
+    let mut sources = SHIM_SOURCES.to_vec();
+    if rdmacm {
+        require_header(
+            &cc,
+            &cflags,
+            &out,
+            "rdma/rdma_cma.h",
+            "librdmacm-dev",
+            "rdma-core-devel",
+        );
+        sources.extend_from_slice(RDMACM_SOURCES);
+    }
 
     let mut objects = Vec::new();
-    for src in SHIM_SOURCES {
+    for src in &sources {
         let obj = out.join(Path::new(src).with_extension("o").file_name().unwrap());
         let mut cmd = Command::new(&cc);
         cmd.args(&cflags)
             .args(["-O2", "-fPIC", "-Wall", "-Wextra", "-std=gnu11"])
             // A prototype that drifts from libibverbs must stop the build.
-            .args(["-Werror=incompatible-pointer-types", "-Werror=implicit-function-declaration"])
+            .args([
+                "-Werror=incompatible-pointer-types",
+                "-Werror=implicit-function-declaration",
+            ])
             .arg("-c")
             .arg(src)
             .arg("-o")
@@ -58,7 +89,10 @@ fn main() {
     let archive = out.join("libverbs_shim.a");
     let _ = fs::remove_file(&archive);
     // `D`: deterministic (zero timestamps, uids); `s`: write an index.
-    run(Command::new(&ar).arg("crsD").arg(&archive).args(&objects), "archive the C shim");
+    run(
+        Command::new(&ar).arg("crsD").arg(&archive).args(&objects),
+        "archive the C shim",
+    );
 
     println!("cargo:rustc-link-search=native={}", out.display());
     println!("cargo:rustc-link-lib=static=verbs_shim");
@@ -66,6 +100,9 @@ fn main() {
         println!("cargo:rustc-link-search=native={}", dir.display());
     }
     println!("cargo:rustc-link-lib=dylib=ibverbs");
+    if rdmacm {
+        println!("cargo:rustc-link-lib=dylib=rdmacm");
+    }
 
     // For the layout probe in tests/: the same compiler and flags.
     println!("cargo:rustc-env=VERBS_BUILD_CC={cc}");
@@ -96,14 +133,23 @@ fn tool_var(var: &str, target: &str) -> Option<String> {
 
 fn path_var(name: &str) -> Option<PathBuf> {
     println!("cargo:rerun-if-env-changed={name}");
-    env::var_os(name).filter(|v| !v.is_empty()).map(PathBuf::from)
+    env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
 }
 
-/// Fails with one sentence, not a page of compiler errors, when the
+/// Fails with one sentence, not a page of compiler errors, when a
 /// development header is missing.
-fn require_verbs_header(cc: &str, cflags: &[String], out: &Path) {
-    let probe = out.join("verbs_header_probe.c");
-    fs::write(&probe, "#include <infiniband/verbs.h>\n").expect("write to OUT_DIR");
+fn require_header(
+    cc: &str,
+    cflags: &[String],
+    out: &Path,
+    header: &str,
+    debian: &str,
+    fedora: &str,
+) {
+    let probe = out.join("header_probe.c");
+    fs::write(&probe, format!("#include <{header}>\n")).expect("write to OUT_DIR");
     let found = Command::new(cc)
         .args(cflags)
         .arg("-E")
@@ -114,13 +160,15 @@ fn require_verbs_header(cc: &str, cflags: &[String], out: &Path) {
         Ok(true) => {}
         Ok(false) => {
             eprintln!(
-                "error: infiniband/verbs.h not found: install libibverbs-dev (Debian/Ubuntu) \
-                 or rdma-core-devel (Fedora/RHEL), or set VERBS_INCLUDE_DIR to its directory."
+                "error: {header} not found: install {debian} (Debian/Ubuntu) or {fedora} \
+                 (Fedora/RHEL), or set VERBS_INCLUDE_DIR to its directory."
             );
             exit(1);
         }
         Err(e) => {
-            eprintln!("error: cannot run the C compiler `{cc}` ({e}): install gcc or clang, or set CC.");
+            eprintln!(
+                "error: cannot run the C compiler `{cc}` ({e}): install gcc or clang, or set CC."
+            );
             exit(1);
         }
     }
@@ -128,7 +176,10 @@ fn require_verbs_header(cc: &str, cflags: &[String], out: &Path) {
 
 fn run(cmd: &mut Command, what: &str) {
     let status = cmd.status().unwrap_or_else(|e| {
-        eprintln!("error: failed to {what}: cannot run {:?}: {e}", cmd.get_program());
+        eprintln!(
+            "error: failed to {what}: cannot run {:?}: {e}",
+            cmd.get_program()
+        );
         exit(1);
     });
     if !status.success() {

@@ -19,6 +19,7 @@ int verbs_shim_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind 
 int verbs_shim_dealloc_mw(struct ibv_mw *mw) { return ibv_dealloc_mw(mw); }
 /* Read here so the Rust side can keep struct ibv_context opaque. */
 int verbs_shim_context_async_fd(struct ibv_context *context) { return context->async_fd; }
+struct ibv_device *verbs_shim_context_device(struct ibv_context *context) { return context->device; }
 
 /* Prototype checks for Part 2 of the header: assigning each export to a
  * pointer of the declared type fails to compile if the prototypes differ

@@ -25,6 +25,7 @@ struct ibv_mw *verbs_shim_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int verbs_shim_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
 int verbs_shim_dealloc_mw(struct ibv_mw *mw);
 int verbs_shim_context_async_fd(struct ibv_context *context);
+struct ibv_device *verbs_shim_context_device(struct ibv_context *context);
 
 /* Part 2: libibverbs exports called directly. */
 #define VERBS_DIRECT(ret, name, args) typedef ret (*verbs_direct_##name##_t) args

@@ -89,6 +89,10 @@ fn device_name(dev: NonNull<sys::ibv_device>) -> String {
 pub(crate) struct ContextInner {
     pub(crate) ptr: NonNull<sys::ibv_context>,
     name: String,
+    /// For a context the connection manager opened: what keeps it open
+    /// (the CM id), dropped instead of closing the device.
+    #[allow(dead_code)] // held for its Drop
+    keep_alive: Option<Arc<dyn core::any::Any + Send + Sync>>,
 }
 
 // SAFETY: libibverbs contexts are thread-safe: every verb may be called on
@@ -99,9 +103,11 @@ unsafe impl Sync for ContextInner {}
 
 impl Drop for ContextInner {
     fn drop(&mut self) {
-        // SAFETY: the context was opened by Context::open and every child
-        // (PD, CQ, ...) holds an Arc to this, so none is alive any more.
-        unsafe { sys::ibv_close_device(self.ptr.as_ptr()) };
+        if self.keep_alive.is_none() {
+            // SAFETY: the context was opened by Context::open and every child
+            // (PD, CQ, ...) holds an Arc to this, so none is alive any more.
+            unsafe { sys::ibv_close_device(self.ptr.as_ptr()) };
+        }
     }
 }
 
@@ -146,10 +152,31 @@ impl Context {
         })?;
         Ok(Context {
             inner: Arc::new(ContextInner {
+                keep_alive: None,
                 ptr,
                 name: device_name(dev),
             }),
         })
+    }
+
+    /// Wraps a context someone else opened and keeps open while `owner`
+    /// lives (the connection manager's id); dropping the last clone drops
+    /// `owner` instead of closing the device.
+    #[cfg(feature = "rdmacm")]
+    pub(crate) fn borrowed(
+        ptr: NonNull<sys::ibv_context>,
+        owner: Arc<dyn core::any::Any + Send + Sync>,
+    ) -> Context {
+        // SAFETY: `ptr` is a live context (kept open by `owner`, held below).
+        let dev = unsafe { sys::verbs_shim_context_device(ptr.as_ptr()) };
+        let name = NonNull::new(dev).map(device_name).unwrap_or_default();
+        Context {
+            inner: Arc::new(ContextInner {
+                ptr,
+                name,
+                keep_alive: Some(owner),
+            }),
+        }
     }
 
     /// The device's kernel name.

@@ -26,6 +26,14 @@ pub enum ErrorKind {
     TimedOut,
     /// The queue pair is not in a state that allows this.
     BadState,
+    /// The connection manager delivered this event (and status) instead of
+    /// the one the step waits for.
+    CmEvent {
+        /// The event's name, e.g. `"REJECTED"` (`RDMA_CM_EVENT_REJECTED`).
+        event: &'static str,
+        /// The event's status (a negative errno, or a reject reason).
+        status: i32,
+    },
 }
 
 /// A failed call: which one, why, and what to check.
@@ -128,6 +136,16 @@ impl fmt::Display for Error {
             ErrorKind::QueueFull => f.write_str("queue full")?,
             ErrorKind::TimedOut => f.write_str("deadline passed")?,
             ErrorKind::BadState => f.write_str("queue pair in the wrong state")?,
+            ErrorKind::CmEvent { event, status } => {
+                write!(
+                    f,
+                    "connection manager event RDMA_CM_EVENT_{event} (status {status}"
+                )?;
+                if status < 0 {
+                    write!(f, ", {}", errno_name(-status))?;
+                }
+                f.write_str(")")?
+            }
         }
         if !self.detail.is_empty() {
             write!(f, ": {}", self.detail)?;

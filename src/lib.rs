@@ -25,6 +25,8 @@ pub mod tlsf;
 pub mod wire;
 
 pub mod arena;
+#[cfg(feature = "rdmacm")]
+pub mod cm;
 pub mod cq;
 pub mod device;
 pub mod error;

@@ -45,36 +45,148 @@ macro_rules! mirror {
 }
 
 fn c_name(rust_path: &str, explicit: &[&str]) -> String {
-    explicit.first().map(|s| s.to_string()).unwrap_or_else(|| rust_path.replace(' ', ""))
+    explicit
+        .first()
+        .map(|s| s.to_string())
+        .unwrap_or_else(|| rust_path.replace(' ', ""))
 }
 
 fn mirrors() -> Vec<Mirror> {
-    vec![
+    #[allow(unused_mut)]
+    let mut all = vec![
         mirror!(ibv_gid { raw }),
         mirror!(ibv_device_attr {
-            fw_ver, node_guid, sys_image_guid, max_mr_size, page_size_cap, vendor_id, vendor_part_id,
-            hw_ver, max_qp, max_qp_wr, device_cap_flags, max_sge, max_sge_rd, max_cq, max_cqe, max_mr,
-            max_pd, max_qp_rd_atom, max_ee_rd_atom, max_res_rd_atom, max_qp_init_rd_atom,
-            max_ee_init_rd_atom, atomic_cap, max_ee, max_rdd, max_mw, max_raw_ipv6_qp, max_raw_ethy_qp,
-            max_mcast_grp, max_mcast_qp_attach, max_total_mcast_qp_attach, max_ah, max_fmr,
-            max_map_per_fmr, max_srq, max_srq_wr, max_srq_sge, max_pkeys, local_ca_ack_delay,
+            fw_ver,
+            node_guid,
+            sys_image_guid,
+            max_mr_size,
+            page_size_cap,
+            vendor_id,
+            vendor_part_id,
+            hw_ver,
+            max_qp,
+            max_qp_wr,
+            device_cap_flags,
+            max_sge,
+            max_sge_rd,
+            max_cq,
+            max_cqe,
+            max_mr,
+            max_pd,
+            max_qp_rd_atom,
+            max_ee_rd_atom,
+            max_res_rd_atom,
+            max_qp_init_rd_atom,
+            max_ee_init_rd_atom,
+            atomic_cap,
+            max_ee,
+            max_rdd,
+            max_mw,
+            max_raw_ipv6_qp,
+            max_raw_ethy_qp,
+            max_mcast_grp,
+            max_mcast_qp_attach,
+            max_total_mcast_qp_attach,
+            max_ah,
+            max_fmr,
+            max_map_per_fmr,
+            max_srq,
+            max_srq_wr,
+            max_srq_sge,
+            max_pkeys,
+            local_ca_ack_delay,
             phys_port_cnt,
         }),
         mirror!(ibv_port_attr {
-            state, max_mtu, active_mtu, gid_tbl_len, port_cap_flags, max_msg_sz, bad_pkey_cntr,
-            qkey_viol_cntr, pkey_tbl_len, lid, sm_lid, lmc, max_vl_num, sm_sl, subnet_timeout,
-            init_type_reply, active_width, active_speed, phys_state, link_layer, flags, port_cap_flags2,
+            state,
+            max_mtu,
+            active_mtu,
+            gid_tbl_len,
+            port_cap_flags,
+            max_msg_sz,
+            bad_pkey_cntr,
+            qkey_viol_cntr,
+            pkey_tbl_len,
+            lid,
+            sm_lid,
+            lmc,
+            max_vl_num,
+            sm_sl,
+            subnet_timeout,
+            init_type_reply,
+            active_width,
+            active_speed,
+            phys_state,
+            link_layer,
+            flags,
+            port_cap_flags2,
         }),
-        mirror!(ibv_gid_entry { gid, gid_index, port_num, gid_type, ndev_ifindex }),
-        mirror!(ibv_global_route { dgid, flow_label, sgid_index, hop_limit, traffic_class }),
-        mirror!(ibv_ah_attr { grh, dlid, sl, src_path_bits, static_rate, is_global, port_num }),
-        mirror!(ibv_qp_cap { max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data }),
-        mirror!(ibv_qp_init_attr { qp_context, send_cq, recv_cq, srq, cap, qp_type, sq_sig_all }),
+        mirror!(ibv_gid_entry {
+            gid,
+            gid_index,
+            port_num,
+            gid_type,
+            ndev_ifindex
+        }),
+        mirror!(ibv_global_route {
+            dgid,
+            flow_label,
+            sgid_index,
+            hop_limit,
+            traffic_class
+        }),
+        mirror!(ibv_ah_attr {
+            grh,
+            dlid,
+            sl,
+            src_path_bits,
+            static_rate,
+            is_global,
+            port_num
+        }),
+        mirror!(ibv_qp_cap {
+            max_send_wr,
+            max_recv_wr,
+            max_send_sge,
+            max_recv_sge,
+            max_inline_data
+        }),
+        mirror!(ibv_qp_init_attr {
+            qp_context,
+            send_cq,
+            recv_cq,
+            srq,
+            cap,
+            qp_type,
+            sq_sig_all
+        }),
         mirror!(ibv_qp_attr {
-            qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn, sq_psn, dest_qp_num,
-            qp_access_flags, cap, ah_attr, alt_ah_attr, pkey_index, alt_pkey_index,
-            en_sqd_async_notify, sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer,
-            port_num, timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, rate_limit,
+            qp_state,
+            cur_qp_state,
+            path_mtu,
+            path_mig_state,
+            qkey,
+            rq_psn,
+            sq_psn,
+            dest_qp_num,
+            qp_access_flags,
+            cap,
+            ah_attr,
+            alt_ah_attr,
+            pkey_index,
+            alt_pkey_index,
+            en_sqd_async_notify,
+            sq_draining,
+            max_rd_atomic,
+            max_dest_rd_atomic,
+            min_rnr_timer,
+            port_num,
+            timeout,
+            retry_cnt,
+            rnr_retry,
+            alt_port_num,
+            alt_timeout,
+            rate_limit,
         }),
         mirror!(ibv_sge { addr, length, lkey }),
         mirror!(ibv_send_wr {
@@ -93,32 +205,115 @@ fn mirrors() -> Vec<Mirror> {
             bind_mw_or_tso.tso.hdr_sz => "tso.hdr_sz",
             bind_mw_or_tso.tso.mss => "tso.mss",
         }),
-        mirror!(ibv_recv_wr { wr_id, next, sg_list, num_sge }),
+        mirror!(ibv_recv_wr {
+            wr_id,
+            next,
+            sg_list,
+            num_sge
+        }),
         mirror!(ibv_wc {
             wr_id, status, opcode, vendor_err, byte_len, imm_data, imm_data => "invalidated_rkey",
             qp_num, src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits,
         }),
-        mirror!(ibv_mw_bind_info { mr, addr, length, mw_access_flags }),
-        mirror!(ibv_mw_bind { wr_id, send_flags, bind_info }),
+        mirror!(ibv_mw_bind_info {
+            mr,
+            addr,
+            length,
+            mw_access_flags
+        }),
+        mirror!(ibv_mw_bind {
+            wr_id,
+            send_flags,
+            bind_info
+        }),
         mirror!(ibv_async_event {
             element, element.cq, element.qp, element.srq, element.wq, element.port_num, event_type,
         }),
-        mirror!(ibv_srq_attr { max_wr, max_sge, srq_limit }),
+        mirror!(ibv_srq_attr {
+            max_wr,
+            max_sge,
+            srq_limit
+        }),
         mirror!(ibv_srq_init_attr { srq_context, attr }),
         mirror!(ibv_pd { context, handle }),
-        mirror!(ibv_mr { context, pd, addr, length, handle, lkey, rkey }),
+        mirror!(ibv_mr {
+            context,
+            pd,
+            addr,
+            length,
+            handle,
+            lkey,
+            rkey
+        }),
         mirror!(ibv_mw { context, pd, rkey, handle, type_ => "type" }),
-        mirror!(ibv_comp_channel { context, fd, refcnt }),
+        mirror!(ibv_comp_channel {
+            context,
+            fd,
+            refcnt
+        }),
         mirror!(ibv_cq {
-            context, channel, cq_context, handle, cqe, mutex, cond, comp_events_completed,
+            context,
+            channel,
+            cq_context,
+            handle,
+            cqe,
+            mutex,
+            cond,
+            comp_events_completed,
             async_events_completed,
         }),
         mirror!(ibv_qp {
-            context, qp_context, pd, send_cq, recv_cq, srq, handle, qp_num, state, qp_type, mutex,
-            cond, events_completed,
+            context,
+            qp_context,
+            pd,
+            send_cq,
+            recv_cq,
+            srq,
+            handle,
+            qp_num,
+            state,
+            qp_type,
+            mutex,
+            cond,
+            events_completed,
         }),
-        mirror!(ibv_srq { context, srq_context, pd, handle, mutex, cond, events_completed }),
-    ]
+        mirror!(ibv_srq {
+            context,
+            srq_context,
+            pd,
+            handle,
+            mutex,
+            cond,
+            events_completed
+        }),
+    ];
+    #[cfg(feature = "rdmacm")]
+    {
+        use verbs::sys::rdmacm::*;
+        all.extend([
+            mirror!(rdma_event_channel { fd }),
+            mirror!(rdma_conn_param {
+                private_data,
+                private_data_len,
+                responder_resources,
+                initiator_depth,
+                flow_control,
+                retry_count,
+                rnr_retry_count,
+                srq,
+                qp_num,
+            }),
+            mirror!(rdma_ud_param {
+                private_data,
+                private_data_len,
+                ah_attr,
+                qp_num,
+                qkey
+            }),
+            mirror!(rdma_cm_event { id, listen_id, event, status, param, param.conn, param.ud }),
+        ]);
+    }
+    all
 }
 
 /// (C name, value) of every constant of every mirrored enum and flag set.
@@ -132,11 +327,30 @@ fn rust_constants() -> Vec<(String, i64)> {
         )*};
     }
     consts!(
-        ibv_wc_status, ibv_wc_opcode, ibv_wc_flags, ibv_wr_opcode, ibv_send_flags, ibv_qp_state,
-        ibv_qp_type, ibv_mtu, ibv_port_state, ibv_link_layer, ibv_gid_type, ibv_event_type,
-        ibv_atomic_cap, ibv_mw_type, ibv_mig_state, ibv_qp_attr_mask, ibv_srq_attr_mask,
+        ibv_wc_status,
+        ibv_wc_opcode,
+        ibv_wc_flags,
+        ibv_wr_opcode,
+        ibv_send_flags,
+        ibv_qp_state,
+        ibv_qp_type,
+        ibv_mtu,
+        ibv_port_state,
+        ibv_link_layer,
+        ibv_gid_type,
+        ibv_event_type,
+        ibv_atomic_cap,
+        ibv_mw_type,
+        ibv_mig_state,
+        ibv_qp_attr_mask,
+        ibv_srq_attr_mask,
         ibv_access_flags
     );
+    #[cfg(feature = "rdmacm")]
+    {
+        use verbs::sys::rdmacm::*;
+        consts!(rdma_cm_event_type, rdma_port_space);
+    }
     out
 }
 
@@ -153,10 +367,24 @@ fn run_probe() -> &'static Probe {
 }
 
 fn compile_and_run_probe() -> Probe {
+    let mut probe = Probe {
+        types: BTreeMap::new(),
+        fields: BTreeMap::new(),
+        consts: BTreeMap::new(),
+    };
+    run_one_probe("verbs_probe", &mut probe);
+    if cfg!(feature = "rdmacm") {
+        run_one_probe("rdmacm_probe", &mut probe);
+    }
+    probe
+}
+
+/// Compiles `tests/probe/NAME.c` and adds what it prints to `p`.
+fn run_one_probe(name: &str, p: &mut Probe) {
     let dir = std::env::temp_dir().join(format!("verbs-layout-probe-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let exe = dir.join("verbs_probe");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/probe/verbs_probe.c");
+    let exe = dir.join(name);
+    let src = format!("{}/tests/probe/{name}.c", env!("CARGO_MANIFEST_DIR"));
     let cc = env!("VERBS_BUILD_CC");
     let status = Command::new(cc)
         .args(env!("VERBS_BUILD_CFLAGS").split_whitespace())
@@ -165,20 +393,23 @@ fn compile_and_run_probe() -> Probe {
         .arg(src)
         .status()
         .unwrap_or_else(|e| panic!("cannot run C compiler {cc}: {e}"));
-    assert!(status.success(), "the layout probe did not compile");
+    assert!(status.success(), "the layout probe {name} did not compile");
     let out = Command::new(&exe).output().expect("run the layout probe");
     assert!(out.status.success());
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&exe);
 
-    let mut p = Probe { types: BTreeMap::new(), fields: BTreeMap::new(), consts: BTreeMap::new() };
     for line in String::from_utf8(out.stdout).unwrap().lines() {
         let w: Vec<&str> = line.split_whitespace().collect();
         match w[0] {
             "type" => {
-                p.types.insert(w[1].into(), (w[2].parse().unwrap(), w[3].parse().unwrap()));
+                p.types
+                    .insert(w[1].into(), (w[2].parse().unwrap(), w[3].parse().unwrap()));
             }
             "field" => {
-                p.fields.insert((w[1].into(), w[2].into()), (w[3].parse().unwrap(), w[4].parse().unwrap()));
+                p.fields.insert(
+                    (w[1].into(), w[2].into()),
+                    (w[3].parse().unwrap(), w[4].parse().unwrap()),
+                );
             }
             "const" => {
                 p.consts.insert(w[1].into(), w[2].parse().unwrap());
@@ -186,7 +417,6 @@ fn compile_and_run_probe() -> Probe {
             other => panic!("unexpected probe line kind {other}"),
         }
     }
-    p
 }
 
 #[test]
@@ -224,7 +454,9 @@ fn structs_match_verbs_h() {
     }
     for (t, f) in probe.fields.keys() {
         if !covered.contains(&(t.clone(), f.clone())) {
-            errors.push(format!("{t}.{f}: in verbs.h but not mirrored in verbs::sys"));
+            errors.push(format!(
+                "{t}.{f}: in verbs.h but not mirrored in verbs::sys"
+            ));
         }
     }
     for t in probe.types.keys() {
@@ -232,7 +464,11 @@ fn structs_match_verbs_h() {
             errors.push(format!("{t}: probed but not mirrored"));
         }
     }
-    assert!(errors.is_empty(), "layout drift against verbs.h:\n  {}", errors.join("\n  "));
+    assert!(
+        errors.is_empty(),
+        "layout drift against verbs.h:\n  {}",
+        errors.join("\n  ")
+    );
 }
 
 #[test]
@@ -249,10 +485,16 @@ fn constants_match_verbs_h() {
     }
     for name in probe.consts.keys() {
         if !rust.iter().any(|(n, _)| n == name) {
-            errors.push(format!("{name}: in verbs.h (probed) but not mirrored in verbs::sys"));
+            errors.push(format!(
+                "{name}: in verbs.h (probed) but not mirrored in verbs::sys"
+            ));
         }
     }
-    assert!(errors.is_empty(), "constant drift against verbs.h:\n  {}", errors.join("\n  "));
+    assert!(
+        errors.is_empty(),
+        "constant drift against verbs.h:\n  {}",
+        errors.join("\n  ")
+    );
 }
 
 #[test]

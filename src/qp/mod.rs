@@ -129,6 +129,25 @@ impl<B: LocalBuf> QueuePair<B> {
         config: &QpConfig,
         srq: Option<*mut sys::ibv_srq>,
     ) -> Result<QueuePair<B>, Error> {
+        let pd_raw = pd.as_raw();
+        let make = |init: &mut sys::ibv_qp_init_attr| {
+            // SAFETY: live PD; `init` is fully initialized and names a live CQ.
+            check_ptr("ibv_create_qp", unsafe { sys::ibv_create_qp(pd_raw, init) })
+        };
+        let mut this = Self::create_with(pd, config, srq, make)?;
+        this.enter_init(config)?;
+        Ok(this)
+    }
+
+    /// Builds the QP around `make`, which creates it from the init
+    /// attributes (and writes back the granted caps): `ibv_create_qp`, or
+    /// `rdma_create_qp` for a connection-manager id (which also moves it to INIT).
+    pub(crate) fn create_with(
+        pd: &ProtectionDomain,
+        config: &QpConfig,
+        srq: Option<*mut sys::ibv_srq>,
+        make: impl FnOnce(&mut sys::ibv_qp_init_attr) -> Result<NonNull<sys::ibv_qp>, Error>,
+    ) -> Result<QueuePair<B>, Error> {
         let ctx = pd.context();
         let dev = ctx.query_device()?;
         let port = ctx.query_port(config.port)?;
@@ -160,13 +179,10 @@ impl<B: LocalBuf> QueuePair<B> {
             max_recv_sge: config.max_sge.max(1),
             max_inline_data: config.max_inline_data,
         };
-        // SAFETY: live PD; `init` is fully initialized and names a live CQ.
-        let qp = check_ptr("ibv_create_qp", unsafe {
-            sys::ibv_create_qp(pd.as_raw(), &mut init)
-        })?;
+        let qp = make(&mut init)?;
         // ibv_create_qp wrote back what the device granted; size the tables to it.
         let caps = init.cap;
-        let mut this = QueuePair {
+        let this = QueuePair {
             qp,
             cq,
             pd: pd.clone(),
@@ -184,7 +200,6 @@ impl<B: LocalBuf> QueuePair<B> {
             unsignaled_run: 0,
             has_srq: srq.is_some(),
         };
-        this.enter_init(config)?;
         Ok(this)
     }
 
@@ -202,6 +217,12 @@ impl<B: LocalBuf> QueuePair<B> {
         )?;
         self.state = QpState::INIT;
         Ok(())
+    }
+
+    /// Records a state change made by someone else (the connection manager).
+    #[cfg(feature = "rdmacm")]
+    pub(crate) fn set_state(&mut self, state: QpState) {
+        self.state = state;
     }
 
     pub(crate) fn modify(

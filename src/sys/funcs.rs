@@ -31,8 +31,10 @@ pub struct FfiItem {
     pub origin: &'static str,
 }
 
+/// Declares extern functions and records each one's C prototype in the
+/// `FfiItem` table named first, so the audit list cannot omit one.
 macro_rules! extern_c {
-    ($(
+    (const $surface:ident; $(
         $origin:literal $proto:literal
         $(#[$meta:meta])*
         pub fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $(-> $ret:ty)?;
@@ -45,13 +47,17 @@ macro_rules! extern_c {
         )*}
 
         /// Every C function declared in this module, with its C prototype.
-        pub const FFI_SURFACE: &[FfiItem] = &[$(
+        pub const $surface: &[FfiItem] = &[$(
             FfiItem { name: stringify!($name), prototype: $proto, origin: $origin },
         )*];
     };
 }
+#[cfg_attr(not(feature = "rdmacm"), allow(unused_imports))]
+pub(crate) use extern_c;
 
 extern_c! {
+    const FFI_SURFACE;
+
     // ---- shim: static inlines and macros of verbs.h given a symbol ----
     "shim" "int verbs_shim_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)"
     /// `ibv_post_send`: returns 0 or an errno value; on failure `*bad_wr`
@@ -93,6 +99,9 @@ extern_c! {
     "shim" "int verbs_shim_context_async_fd(struct ibv_context *context)"
     /// `context->async_fd`, so that `struct ibv_context` stays opaque.
     pub fn verbs_shim_context_async_fd(context: *mut ibv_context) -> c_int;
+    "shim" "struct ibv_device *verbs_shim_context_device(struct ibv_context *context)"
+    /// `context->device`, for a context the crate did not open itself.
+    pub fn verbs_shim_context_device(context: *mut ibv_context) -> *mut ibv_device;
 
     // ---- libibverbs exports ----
     "libibverbs" "struct ibv_device **ibv_get_device_list(int *num_devices)"

@@ -15,8 +15,26 @@
 mod newtype;
 pub mod consts;
 pub mod funcs;
+#[cfg(feature = "rdmacm")]
+pub mod rdmacm;
 pub mod types;
 
 pub use consts::*;
 pub use funcs::*;
 pub use types::*;
+
+/// Every C function the crate can call (libibverbs, the shim, and with the
+/// `rdmacm` feature librdmacm), with its C prototype.
+pub fn ffi_surface() -> impl Iterator<Item = &'static FfiItem> {
+    let rdmacm: &[FfiItem] = {
+        #[cfg(feature = "rdmacm")]
+        {
+            rdmacm::FFI_SURFACE_RDMACM
+        }
+        #[cfg(not(feature = "rdmacm"))]
+        {
+            &[]
+        }
+    };
+    FFI_SURFACE.iter().chain(rdmacm)
+}
