@@ -29,6 +29,7 @@ pub mod arena;
 pub mod cm;
 pub mod cq;
 pub mod device;
+pub mod dmabuf;
 pub mod error;
 pub mod memory;
 pub mod mr;

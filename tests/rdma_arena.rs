@@ -365,3 +365,31 @@ fn exhaustion_is_an_error_not_a_panic() {
     drop(all);
     assert!(arena.alloc(64 * 1024).is_ok(), "a dropped buffer is reused");
 }
+
+#[test]
+fn dmabuf_registration_is_a_clear_unsupported_error_where_the_provider_cannot() {
+    let Some(ctx) = support::test_context("dmabuf_registration") else {
+        return;
+    };
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    // A memfd is a real file descriptor but not a dmabuf: a provider with
+    // dmabuf support refuses it (EINVAL/EBADF), one without says Unsupported.
+    // SAFETY: a valid NUL-terminated name; memfd_create has no other preconditions.
+    let fd = unsafe { libc::memfd_create(c"verbs-test".as_ptr(), 0) };
+    assert!(fd >= 0);
+    // SAFETY: nothing is ever posted with this registration (it must fail).
+    let r =
+        unsafe { verbs::dmabuf::DmabufRegion::register(&pd, fd, 0, 4096, 0, Access::REMOTE_READ) };
+    let e = r.err().expect("a memfd is not registrable as a dmabuf");
+    println!("{e}");
+    if ctx.query_device().unwrap().0.vendor_id == 0x00FF_FFFF {
+        assert_eq!(
+            e.kind(),
+            verbs::ErrorKind::Unsupported,
+            "Soft-RoCE has no dmabuf support: {e}"
+        );
+        assert!(e.to_string().contains("dmabuf"));
+    }
+    // SAFETY: our own descriptor, closed once.
+    unsafe { libc::close(fd) };
+}
