@@ -42,7 +42,7 @@ pub fn devices() -> Result<Vec<DeviceInfo>, Error> {
 
 /// The array `ibv_get_device_list` returns, freed on drop.
 struct DeviceList {
-    ptr: NonNull<*mut sys::ibv_device>,
+    ptr: Option<NonNull<*mut sys::ibv_device>>,
     len: usize,
 }
 
@@ -50,28 +50,39 @@ impl DeviceList {
     fn get() -> Result<DeviceList, Error> {
         let mut n = 0;
         // SAFETY: `n` is a valid out-pointer for the duration of the call.
-        let ptr = check_ptr("ibv_get_device_list", unsafe {
+        let ptr = match check_ptr("ibv_get_device_list", unsafe {
             sys::ibv_get_device_list(&mut n)
-        })?;
+        }) {
+            Ok(ptr) => ptr,
+            // No RDMA support in the kernel at all (no /sys/class/infiniband):
+            // that is "no devices", not a failure.
+            Err(e) if e.errno() == Some(libc::ENOSYS) => {
+                return Ok(DeviceList { ptr: None, len: 0 })
+            }
+            Err(e) => return Err(e),
+        };
         Ok(DeviceList {
-            ptr,
+            ptr: Some(ptr),
             len: n.max(0) as usize,
         })
     }
 
     fn iter(&self) -> impl Iterator<Item = NonNull<sys::ibv_device>> + '_ {
+        let list = self.ptr;
         (0..self.len).filter_map(move |i| {
-            // SAFETY: the array holds `len` device pointers (then NULL) and
-            // lives until `self` is dropped.
-            NonNull::new(unsafe { *self.ptr.as_ptr().add(i) })
+            // SAFETY: `len` is 0 without a list; otherwise the array holds
+            // `len` device pointers (then NULL) and lives until `self` drops.
+            list.and_then(|p| NonNull::new(unsafe { *p.as_ptr().add(i) }))
         })
     }
 }
 
 impl Drop for DeviceList {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from ibv_get_device_list and is freed once.
-        unsafe { sys::ibv_free_device_list(self.ptr.as_ptr()) }
+        if let Some(p) = self.ptr {
+            // SAFETY: `p` came from ibv_get_device_list and is freed once.
+            unsafe { sys::ibv_free_device_list(p.as_ptr()) }
+        }
     }
 }
 
