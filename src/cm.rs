@@ -270,20 +270,15 @@ impl<B: LocalBuf> Drop for CmConnection<B> {
 /// connect request), with `rdma_create_qp` (which also moves it to INIT).
 fn qp_on<B: LocalBuf>(
     id: &Arc<CmId>,
+    pd: &ProtectionDomain,
     config: &QpConfig,
-) -> Result<(QueuePair<B>, ProtectionDomain), Error> {
-    // SAFETY: live id with a device (after ROUTE_RESOLVED / CONNECT_REQUEST).
-    let verbs = unsafe { cm::verbs_shim_cm_id_verbs(id.ptr.as_ptr()) };
-    let verbs =
-        NonNull::new(verbs).ok_or(Error::new("rdma_cm: id has no device", ErrorKind::NotFound))?;
-    let ctx = Context::borrowed(verbs, id.clone());
-    let pd = ProtectionDomain::new(&ctx)?;
+) -> Result<QueuePair<B>, Error> {
     // SAFETY: live id.
     let port = unsafe { cm::verbs_shim_cm_id_port(id.ptr.as_ptr()) };
     let config = QpConfig { port, ..*config };
     let id_ptr = id.ptr.as_ptr();
     let pd_raw = pd.as_raw();
-    let qp = QueuePair::create_with(&pd, &config, None, |init| {
+    let qp = QueuePair::create_with(pd, &config, None, |init| {
         // SAFETY: live id and PD; `init` fully initialized with live CQs.
         check_rc("rdma_create_qp", unsafe {
             cm::rdma_create_qp(id_ptr, pd_raw, init)
@@ -291,7 +286,17 @@ fn qp_on<B: LocalBuf>(
         // SAFETY: rdma_create_qp succeeded, so id->qp is the new QP.
         check_ptr("rdma_create_qp", unsafe { cm::verbs_shim_cm_id_qp(id_ptr) })
     })?;
-    Ok((qp, pd))
+    Ok(qp)
+}
+
+/// A protection domain on the device the connection manager chose for
+/// `id`; the context it borrows keeps the id alive.
+fn pd_on(id: &Arc<CmId>) -> Result<ProtectionDomain, Error> {
+    // SAFETY: live id with a device (after ROUTE_RESOLVED / CONNECT_REQUEST).
+    let verbs = unsafe { cm::verbs_shim_cm_id_verbs(id.ptr.as_ptr()) };
+    let verbs =
+        NonNull::new(verbs).ok_or(Error::new("rdma_cm: id has no device", ErrorKind::NotFound))?;
+    ProtectionDomain::new(&Context::borrowed(verbs, id.clone()))
 }
 
 fn conn_param(private: &[u8], rd_atomic: u8) -> cm::rdma_conn_param {
@@ -352,18 +357,22 @@ fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (ss, len as libc::socklen_t)
 }
 
-/// Connects to a listener at `addr`: resolve the address, the route, then
-/// connect, each bounded by `deadline`, sending `private_data` (at most
-/// [`MAX_CONNECT_PRIVATE_DATA`] bytes) with the request.
+/// Connects to a listener at `addr`: [`resolve`], then
+/// [`CmResolved::connect`], all bounded by `deadline`.
 pub fn connect<B: LocalBuf>(
     addr: SocketAddr,
     config: &QpConfig,
     private_data: &[u8],
     deadline: Deadline,
 ) -> Result<CmConnection<B>, Error> {
-    if private_data.len() > MAX_CONNECT_PRIVATE_DATA {
-        return Err(Error::invalid("rdma_connect", "private data over 56 bytes"));
-    }
+    resolve(addr, deadline)?.connect(config, private_data, deadline)
+}
+
+/// Resolves the address and the route to `addr` (ADDR_RESOLVED,
+/// ROUTE_RESOLVED). The result's protection domain is on the device the
+/// route uses: register memory there before connecting, to send its
+/// descriptors as private data.
+pub fn resolve(addr: SocketAddr, deadline: Deadline) -> Result<CmResolved, Error> {
     let channel = Channel::new()?;
     let id = Arc::new(CmId::new(&channel)?);
     let (mut dst, _) = sockaddr(&addr);
@@ -382,23 +391,53 @@ pub fn connect<B: LocalBuf>(
         cm::rdma_resolve_route(id.ptr.as_ptr(), step_ms(deadline))
     })?;
     channel.expect(Ev::ROUTE_RESOLVED, "rdma_cm: resolve route", deadline)?;
+    let pd = pd_on(&id)?;
+    Ok(CmResolved { id, pd })
+}
 
-    let (mut qp, pd) = qp_on::<B>(&id, config)?;
-    let rd = pd.context().query_device()?.max_qp_rd_atom().clamp(1, 16);
-    let mut param = conn_param(private_data, rd);
-    // SAFETY: live id with a QP; `param` and its private data outlive the call.
-    check_rc("rdma_connect", unsafe {
-        cm::rdma_connect(id.ptr.as_ptr(), &mut param)
-    })?;
-    let ev = channel.expect(Ev::ESTABLISHED, "rdma_cm: connect", deadline)?;
-    qp.set_state(QpState::RTS);
-    Ok(CmConnection {
-        qp,
-        pd,
-        id,
-        peer_private_data: ev.private,
-        connected: true,
-    })
+/// A client id whose route is resolved, ready to connect.
+pub struct CmResolved {
+    id: Arc<CmId>,
+    pd: ProtectionDomain,
+}
+
+impl CmResolved {
+    /// The protection domain the connection will use.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// Creates the QP and connects, sending `private_data` (at most
+    /// [`MAX_CONNECT_PRIVATE_DATA`] bytes); waits for ESTABLISHED.
+    pub fn connect<B: LocalBuf>(
+        self,
+        config: &QpConfig,
+        private_data: &[u8],
+        deadline: Deadline,
+    ) -> Result<CmConnection<B>, Error> {
+        if private_data.len() > MAX_CONNECT_PRIVATE_DATA {
+            return Err(Error::invalid("rdma_connect", "private data over 56 bytes"));
+        }
+        let CmResolved { id, pd } = self;
+        let mut qp = qp_on::<B>(&id, &pd, config)?;
+        let rd = pd.context().query_device()?.max_qp_rd_atom().clamp(1, 16);
+        let mut param = conn_param(private_data, rd);
+        // SAFETY: live id with a QP; `param` and its private data outlive the call.
+        check_rc("rdma_connect", unsafe {
+            cm::rdma_connect(id.ptr.as_ptr(), &mut param)
+        })?;
+        let ev = id
+            .channel
+            .expect(Ev::ESTABLISHED, "rdma_cm: connect", deadline)?;
+        qp.set_state(QpState::RTS);
+        Ok(CmConnection {
+            qp,
+            pd,
+            id,
+            peer_private_data: ev.private,
+            connected: true,
+        })
+    }
 }
 
 /// A listening connection-manager id.
@@ -428,16 +467,22 @@ impl CmListener {
     }
 
     /// Waits for a connect request, accepts it with `private_data` (at
-    /// most [`MAX_ACCEPT_PRIVATE_DATA`] bytes) and waits until established.
+    /// most [`MAX_ACCEPT_PRIVATE_DATA`] bytes) and waits until established:
+    /// [`CmListener::request`], then [`CmRequest::accept`].
     pub fn accept<B: LocalBuf>(
         &self,
         config: &QpConfig,
         private_data: &[u8],
         deadline: Deadline,
     ) -> Result<CmConnection<B>, Error> {
-        if private_data.len() > MAX_ACCEPT_PRIVATE_DATA {
-            return Err(Error::invalid("rdma_accept", "private data over 196 bytes"));
-        }
+        self.request(deadline)?
+            .accept(config, private_data, deadline)
+    }
+
+    /// Waits for a connect request (CONNECT_REQUEST). The request's
+    /// protection domain is on the device it arrived on: register memory
+    /// there before accepting, to send its descriptors as private data.
+    pub fn request(&self, deadline: Deadline) -> Result<CmRequest, Error> {
         let req = self.id.channel.expect(
             Ev::CONNECT_REQUEST,
             "rdma_cm: wait for a connect request",
@@ -446,23 +491,76 @@ impl CmListener {
         let child =
             NonNull::new(req.id).ok_or(Error::os("rdma_cm: connect request", libc::EINVAL))?;
         // Its own channel, so its later events (DISCONNECTED) reach the connection.
-        let channel = Channel::new()?;
+        let channel = match Channel::new() {
+            Ok(c) => c,
+            Err(e) => {
+                reject_and_destroy(child);
+                return Err(e);
+            }
+        };
         // SAFETY: live child id whose events are all acked; live channel.
         if let Err(e) = check_rc("rdma_migrate_id", unsafe {
             cm::rdma_migrate_id(child.as_ptr(), channel.ptr.as_ptr())
         }) {
-            // SAFETY: the child id is ours to refuse and destroy.
-            unsafe {
-                cm::rdma_reject(child.as_ptr(), core::ptr::null(), 0);
-                cm::rdma_destroy_id(child.as_ptr());
-            }
+            reject_and_destroy(child);
             return Err(e);
         }
         let id = Arc::new(CmId {
             ptr: child,
-            channel: channel.clone(),
+            channel,
         });
-        let (mut qp, pd) = qp_on::<B>(&id, config)?;
+        let pd = pd_on(&id)?;
+        Ok(CmRequest {
+            id,
+            pd,
+            peer_private_data: req.private,
+        })
+    }
+}
+
+fn reject_and_destroy(child: NonNull<cm::rdma_cm_id>) {
+    // SAFETY: a child id from a connect request, ours to refuse and destroy once.
+    unsafe {
+        cm::rdma_reject(child.as_ptr(), core::ptr::null(), 0);
+        cm::rdma_destroy_id(child.as_ptr());
+    }
+}
+
+/// A connect request, not yet accepted (dropping it rejects it).
+pub struct CmRequest {
+    id: Arc<CmId>,
+    pd: ProtectionDomain,
+    peer_private_data: Vec<u8>,
+}
+
+impl CmRequest {
+    /// The protection domain the connection will use.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// What the peer put in its connect request.
+    pub fn peer_private_data(&self) -> &[u8] {
+        &self.peer_private_data
+    }
+
+    /// Creates the QP, accepts with `private_data` (at most
+    /// [`MAX_ACCEPT_PRIVATE_DATA`] bytes) and waits for ESTABLISHED.
+    pub fn accept<B: LocalBuf>(
+        self,
+        config: &QpConfig,
+        private_data: &[u8],
+        deadline: Deadline,
+    ) -> Result<CmConnection<B>, Error> {
+        if private_data.len() > MAX_ACCEPT_PRIVATE_DATA {
+            return Err(Error::invalid("rdma_accept", "private data over 196 bytes"));
+        }
+        let CmRequest {
+            id,
+            pd,
+            peer_private_data,
+        } = self;
+        let mut qp = qp_on::<B>(&id, &pd, config)?;
         let rd = pd
             .context()
             .query_device()?
@@ -473,14 +571,23 @@ impl CmListener {
         check_rc("rdma_accept", unsafe {
             cm::rdma_accept(id.ptr.as_ptr(), &mut param)
         })?;
-        channel.expect(Ev::ESTABLISHED, "rdma_cm: accept", deadline)?;
+        id.channel
+            .expect(Ev::ESTABLISHED, "rdma_cm: accept", deadline)?;
         qp.set_state(QpState::RTS);
         Ok(CmConnection {
             qp,
             pd,
             id,
-            peer_private_data: req.private,
+            peer_private_data,
             connected: true,
+        })
+    }
+
+    /// Refuses the request (the peer sees REJECTED).
+    pub fn reject(self) -> Result<(), Error> {
+        // SAFETY: live, unaccepted id.
+        check_rc("rdma_reject", unsafe {
+            cm::rdma_reject(self.id.ptr.as_ptr(), core::ptr::null(), 0)
         })
     }
 }

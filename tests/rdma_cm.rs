@@ -38,27 +38,19 @@ fn connect_transfer_and_disconnect() {
     let listener = CmListener::bind(addr).expect("rdma_bind_addr + rdma_listen");
     let server = std::thread::spawn(move || {
         let config = support::config();
-        // The server exposes a region and says where it is in the accept's private data.
-        // The PD exists only once the request names the device: accept,
-        // then share the region with a send.
-        let mut conn: CmConnection<MemoryRegion> = listener
-            .accept(&config, b"hello from the server", deadline())
-            .expect("accept");
+        // Register in the request's PD, then accept with the descriptor.
+        let req = listener.request(deadline()).expect("a connect request");
         assert!(
-            conn.peer_private_data()
+            req.peer_private_data()
                 .starts_with(b"hello from the client"),
-            "private data arrives (padded by the transport)"
+            "padded by the transport"
         );
         let target =
-            MemoryRegion::with_access(conn.pd(), 4096, Access::REMOTE_WRITE | Access::REMOTE_READ)
+            MemoryRegion::with_access(req.pd(), 4096, Access::REMOTE_WRITE | Access::REMOTE_READ)
                 .unwrap();
-        let desc = cm::encode_regions(&[target.remote().unwrap()]);
-        conn.qp().post_inline(SendOp::Send, &desc, 1, true).unwrap();
-        conn.qp()
-            .wait_one(support::deadline())
-            .unwrap()
-            .result()
-            .unwrap();
+        let private = cm::encode_regions(&[target.remote().unwrap()]);
+        let mut conn: CmConnection<MemoryRegion> =
+            req.accept(&config, &private, deadline()).expect("accept");
         // The client writes, then disconnects; we see DISCONNECTED.
         conn.wait_disconnected(deadline())
             .expect("the peer's disconnect is observed");
@@ -67,39 +59,37 @@ fn connect_transfer_and_disconnect() {
         assert_eq!(&got, b"written via rdmacm");
     });
 
-    let config = support::config();
     let t0 = Instant::now();
-    let mut conn: CmConnection<MemoryRegion> =
-        cm::connect(addr, &config, b"hello from the client", deadline()).expect("rdma_cm connect");
+    let mut conn: CmConnection<MemoryRegion> = cm::connect(
+        addr,
+        &support::config(),
+        b"hello from the client",
+        deadline(),
+    )
+    .expect("rdma_cm connect");
     println!("connected in {:?}", t0.elapsed());
-    assert!(conn
-        .peer_private_data()
-        .starts_with(b"hello from the server"));
-    // Learn the server's region from its first message.
-    let inbox = MemoryRegion::new(conn.pd(), 4096).unwrap();
-    conn.qp()
-        .post_recv(verbs::RecvRequest::new(inbox))
-        .map_err(|e| e.error)
-        .unwrap();
-    let mut c = conn.qp().wait_one(support::deadline()).unwrap();
-    c.result().unwrap();
-    let inbox = c.take_buf().unwrap();
-    let regions = cm::decode_regions(&inbox.as_slice().unwrap()[..c.byte_len as usize]).unwrap();
+    let regions =
+        cm::decode_regions(conn.peer_private_data()).expect("the accept carried a descriptor");
     let dst = RemoteSlice::new(&regions[0], 0, 18).unwrap();
     let mut src = MemoryRegion::new(conn.pd(), 4096).unwrap();
     src.write_at(0, b"written via rdmacm").unwrap();
-    conn.qp()
-        .post_send(SendRequest::new(
-            SendOp::Write(dst),
-            Local::range(src, 0, 18).unwrap(),
-        ))
-        .map_err(|e| e.error)
-        .unwrap();
+    let req = SendRequest::new(SendOp::Write(dst), Local::range(src, 0, 18).unwrap());
+    conn.qp().post_send(req).map_err(|e| e.error).unwrap();
     conn.qp()
         .wait_one(support::deadline())
         .unwrap()
         .result()
         .unwrap();
+    // Read it back through the same connection.
+    let back = MemoryRegion::new(conn.pd(), 4096).unwrap();
+    let req = SendRequest::new(SendOp::Read(dst), Local::range(back, 0, 18).unwrap());
+    conn.qp().post_send(req).map_err(|e| e.error).unwrap();
+    let mut c = conn.qp().wait_one(support::deadline()).unwrap();
+    c.result().unwrap();
+    assert_eq!(
+        &c.take_buf().unwrap().as_slice().unwrap()[..18],
+        b"written via rdmacm"
+    );
     conn.disconnect().unwrap();
     server.join().unwrap();
 }
