@@ -200,7 +200,7 @@ fn server(opts: &Options, listener: Option<TcpListener>) -> Result<(), BoxError>
         // Stay up until the client has read the memory back.
         session.sync(Instant::now() + Duration::from_secs(60))?;
     } else {
-        std::thread::sleep(Duration::from_secs(3)); // the primer's client reads back after 2 s
+        std::thread::sleep(Duration::from_secs(5)); // the primer's client reads back after 2 s; leave margin
     }
     let after = text(&mr);
     println!("[server] after:   '{after}'");

@@ -1,0 +1,382 @@
+//! End-to-end tests of `examples/hello_write.rs`: the example binary itself,
+//! run as a user would, in one process (loopback) and against an independent
+//! C implementation of the primer's programs (tests/fixtures/tutorial_peer.c)
+//! in both roles, over the primer's 36-byte wire format.
+//!
+//! The example binary is the one `cargo test` (without a target filter) or
+//! `cargo build --example hello_write` leaves in `target/<profile>/examples`;
+//! this test only runs it. The C peer is compiled with `cc ... -libverbs`
+//! into a directory under /tmp when a test needs it.
+
+mod support;
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
+
+/// Every child must be done by then (a TCG guest is slow; the programs'
+/// own waits are at most 60 s).
+const CHILD_LIMIT: Duration = Duration::from_secs(150);
+/// Once one side has failed, how long the other may still take.
+const GRACE: Duration = Duration::from_secs(15);
+/// How often a running child is looked at.
+const POLL: Duration = Duration::from_millis(20);
+
+/// What a finished (or stopped) child left behind.
+struct Outcome {
+    name: String,
+    status: Option<ExitStatus>,
+    /// Why it was killed, if it was.
+    killed: Option<&'static str>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Outcome {
+    fn ok(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match (self.killed, self.status) {
+            (Some(why), _) => format!("killed: {why}"),
+            (None, Some(s)) => s.to_string(),
+            (None, None) => "killed".to_string(),
+        };
+        writeln!(f, "----- {} ({how}) stdout:", self.name)?;
+        write!(f, "{}", self.stdout)?;
+        writeln!(f, "----- {} stderr:", self.name)?;
+        write!(f, "{}", self.stderr)
+    }
+}
+
+/// A child with its output drained by two threads (so a full pipe never
+/// blocks it). Killed on drop unless it was waited for.
+struct Running {
+    name: String,
+    child: Child,
+    status: Option<ExitStatus>,
+    killed: Option<&'static str>,
+    readers: Option<(JoinHandle<String>, JoinHandle<String>)>,
+}
+
+impl Running {
+    fn spawn(name: &str, cmd: &mut Command) -> Running {
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
+        let out = drain(child.stdout.take().expect("piped"));
+        let err = drain(child.stderr.take().expect("piped"));
+        Running {
+            name: name.to_string(),
+            child,
+            status: None,
+            killed: None,
+            readers: Some((out, err)),
+        }
+    }
+
+    /// True once the child has exited.
+    fn exited(&mut self) -> bool {
+        if self.status.is_none() {
+            self.status = self.child.try_wait().expect("try_wait");
+        }
+        self.status.is_some()
+    }
+
+    fn stop(&mut self, why: &'static str) {
+        if !self.exited() {
+            self.killed = Some(why);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    fn outcome(mut self) -> Outcome {
+        let (out, err) = self.readers.take().expect("collected once");
+        Outcome {
+            name: self.name.clone(),
+            status: self.status,
+            killed: self.killed,
+            stdout: out.join().unwrap_or_default(),
+            stderr: err.join().unwrap_or_default(),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if self.status.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        let _ = pipe.read_to_end(&mut bytes);
+        String::from_utf8_lossy(&bytes).into_owned()
+    })
+}
+
+/// Waits for all children: each must exit within [`CHILD_LIMIT`]; once one
+/// has failed the others get [`GRACE`], then whatever still runs is killed.
+fn finish(mut children: Vec<Running>) -> Vec<Outcome> {
+    let mut until = Instant::now() + CHILD_LIMIT;
+    let mut why = "time limit";
+    let mut failed = false;
+    loop {
+        let mut running = 0;
+        for c in &mut children {
+            if !c.exited() {
+                running += 1;
+            } else if !failed && !c.status.is_some_and(|s| s.success()) {
+                failed = true;
+                until = until.min(Instant::now() + GRACE);
+                why = "still running after the other side failed";
+            }
+        }
+        if running == 0 {
+            break;
+        }
+        if Instant::now() >= until {
+            children.iter_mut().for_each(|c| c.stop(why));
+            break;
+        }
+        std::thread::sleep(POLL);
+    }
+    children.into_iter().map(Running::outcome).collect()
+}
+
+/// Panics with every side's output unless all exited 0; prints it anyway
+/// (shown with `--nocapture`).
+fn require_success(what: &str, outcomes: &[Outcome]) {
+    let all: String = outcomes.iter().map(|o| o.to_string()).collect();
+    println!("{what}:\n{all}");
+    let bad: Vec<&str> = outcomes
+        .iter()
+        .filter(|o| !o.ok())
+        .map(|o| o.name.as_str())
+        .collect();
+    assert!(bad.is_empty(), "{what}: {bad:?} failed\n{all}");
+}
+
+/// Panics (with every side's output) unless one line of `o`'s stdout
+/// contains all of `needles`.
+fn require_line(what: &str, o: &Outcome, needles: &[&str], all: &[Outcome]) {
+    if !o
+        .stdout
+        .lines()
+        .any(|l| needles.iter().all(|n| l.contains(n)))
+    {
+        let all: String = all.iter().map(|o| o.to_string()).collect();
+        panic!(
+            "{what}: {}'s stdout has no line containing all of {needles:?}\n{all}",
+            o.name
+        );
+    }
+}
+
+const BEFORE: &[&str] = &["[server] before:  '(initial server memory)'"];
+/// The server, only sleeping, printing what the client wrote into its memory.
+const WATCHED: &[&str] = &["[server] t=", ": 'Hello, RDMA from client at PID "];
+const AFTER: &[&str] = &["[server] after:   'Hello, RDMA from client at PID "];
+const READ_BACK: &[&str] = &["[client] RDMA Read got: 'Hello, RDMA from client at PID "];
+
+/// target/<profile>/examples/hello_write, next to this test binary
+/// (target/<profile>/deps/rdma_hello_write-HASH).
+fn example_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| panic!("unexpected test binary location {}", exe.display()));
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("hello_write{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "the example binary {} does not exist: build it first with \
+         `cargo build --example hello_write` (a plain `cargo test` builds it; \
+         `cargo test --test rdma_hello_write` alone does not)",
+        bin.display()
+    );
+    refuse_stale(&bin);
+    bin
+}
+
+/// Fails if a source the example was built from (per its dep-info file) is
+/// newer than the binary: the test would judge old code.
+fn refuse_stale(bin: &Path) {
+    let Ok(depinfo) = std::fs::read_to_string(bin.with_extension("d")) else {
+        return;
+    };
+    let Ok(built) = std::fs::metadata(bin).and_then(|m| m.modified()) else {
+        return;
+    };
+    let Some((_, deps)) = depinfo.lines().next().and_then(|l| l.split_once(": ")) else {
+        return;
+    };
+    // Paths are separated by spaces; a space inside a path is "\ ".
+    let deps = deps.replace("\\ ", "\u{0}");
+    let newer: Vec<String> = deps
+        .split_whitespace()
+        .map(|p| p.replace('\u{0}', " "))
+        .filter(|p| {
+            std::fs::metadata(p)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t: SystemTime| t > built)
+        })
+        .collect();
+    assert!(
+        newer.is_empty(),
+        "{} is older than {newer:?}: rebuild it (`cargo build --example hello_write`)",
+        bin.display()
+    );
+}
+
+/// The device under test and the GID index the crate chooses on it (what
+/// hello_write will use), for the C peer.
+fn device_and_gid(test: &str) -> Option<(String, u32)> {
+    let ctx = support::test_context(test)?;
+    let table = ctx.gid_table(1).expect("read port 1's GID table");
+    let index = verbs::device::choose_gid_index(&table)
+        .unwrap_or_else(|| panic!("no usable GID on {}: {table:?}", ctx.name()));
+    Some((ctx.name().to_string(), index))
+}
+
+/// A directory under /tmp, removed on drop.
+struct TempDir(PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Compiles the C peer; returns its directory (keep it alive) and binary.
+fn build_peer(tag: &str) -> (TempDir, PathBuf) {
+    let dir = PathBuf::from(format!(
+        "/tmp/verbs-hello-write-{}-{tag}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    let dir = TempDir(dir);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tutorial_peer.c");
+    let bin = dir.0.join("tutorial_peer");
+    let cc = Running::spawn(
+        "cc",
+        Command::new("cc")
+            .args(["-O2", "-Wall", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .arg("-libverbs"),
+    );
+    let outcome = finish(vec![cc]);
+    if !outcome[0].ok() || !outcome[0].stderr.is_empty() {
+        require_success("compiling the C peer", &outcome);
+    }
+    (dir, bin)
+}
+
+/// A TCP port nobody listens on right now (the kernel's pick).
+fn free_port() -> u16 {
+    TcpListener::bind(("0.0.0.0", 0))
+        .and_then(|l| l.local_addr())
+        .expect("bind an ephemeral port")
+        .port()
+}
+
+#[test]
+fn loopback_in_one_process() {
+    let Some((dev, _)) = device_and_gid("hello_write loopback") else {
+        return;
+    };
+    let example = example_binary();
+    let run = Running::spawn("hello_write", Command::new(&example).args(["--dev", &dev]));
+    let outcomes = finish(vec![run]);
+    require_success("hello_write (loopback)", &outcomes);
+    let o = &outcomes[0];
+    let what = "hello_write (loopback)";
+    for needles in [BEFORE, WATCHED, AFTER, READ_BACK] {
+        require_line(what, o, needles, &outcomes);
+    }
+}
+
+/// Our client writes into the C server's memory (the primer's server.c role).
+#[test]
+fn our_client_against_c_server() {
+    let Some((dev, gid)) = device_and_gid("hello_write client vs C server") else {
+        return;
+    };
+    let example = example_binary();
+    let (_dir, peer) = build_peer("server");
+    let port = free_port().to_string();
+    let server = Running::spawn(
+        "C server",
+        Command::new(&peer).args(["server", &dev, &gid.to_string(), &port]),
+    );
+    // The client retries until the server listens.
+    let client = Running::spawn(
+        "hello_write client",
+        Command::new(&example).args([
+            "client",
+            "127.0.0.1",
+            "--wire",
+            "tutorial",
+            "--port",
+            &port,
+            "--dev",
+            &dev,
+        ]),
+    );
+    let outcomes = finish(vec![server, client]);
+    let what = "hello_write client vs tutorial_peer server";
+    require_success(what, &outcomes);
+    let (server, client) = (&outcomes[0], &outcomes[1]);
+    for needles in [BEFORE, WATCHED, AFTER] {
+        require_line(what, server, needles, &outcomes);
+    }
+    require_line(what, client, READ_BACK, &outcomes);
+}
+
+/// The C client (the primer's client.c role) writes into our server's memory.
+#[test]
+fn c_client_against_our_server() {
+    let Some((dev, gid)) = device_and_gid("C client vs hello_write server") else {
+        return;
+    };
+    let example = example_binary();
+    let (_dir, peer) = build_peer("client");
+    let port = free_port().to_string();
+    let server = Running::spawn(
+        "hello_write server",
+        Command::new(&example).args([
+            "server", "--wire", "tutorial", "--port", &port, "--dev", &dev,
+        ]),
+    );
+    // The C client retries until the server listens.
+    let client = Running::spawn(
+        "C client",
+        Command::new(&peer).args(["client", "127.0.0.1", &dev, &gid.to_string(), &port]),
+    );
+    let outcomes = finish(vec![server, client]);
+    let what = "tutorial_peer client vs hello_write server";
+    require_success(what, &outcomes);
+    let (server, client) = (&outcomes[0], &outcomes[1]);
+    for needles in [BEFORE, WATCHED, AFTER] {
+        require_line(what, server, needles, &outcomes);
+    }
+    require_line(what, client, READ_BACK, &outcomes);
+}
