@@ -1,5 +1,5 @@
 //! Reliable-connected queue pairs: creation, addressing decided from the
-//! port, the RESET -> INIT -> RTR -> RTS walk, and (in [`post`]) the safe
+//! port, the RESET -> INIT -> RTR -> RTS walk, and (in `post`) the safe
 //! data path.
 #![allow(unsafe_code)]
 
@@ -11,7 +11,7 @@ use core::ptr::NonNull;
 
 pub use connect::{ConnectOptions, PathInfo};
 pub use inflight::Completion;
-pub use post::PostError;
+pub use post::{PostError, MAX_CHAIN};
 
 use crate::cq::CompletionQueue;
 use crate::device::{choose_gid_index, validate_gid_index, GidEntry, LinkLayer, PortAttr};

@@ -1,7 +1,7 @@
 //! Every C function the crate can call: libibverbs exports and the shim's
 //! symbols for what `verbs.h` only offers inline.
 //!
-//! Each item is declared once, through [`extern_c!`], which both emits the
+//! Each item is declared once, through `extern_c!`, which both emits the
 //! `extern "C"` declaration and records its C prototype in [`FFI_SURFACE`];
 //! `cargo run --example ffi_surface` prints that list and
 //! `tests/ffi_surface.rs` checks it against `c_shim/verbs_shim.h`, whose
