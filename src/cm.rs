@@ -112,14 +112,8 @@ impl Channel {
             }
             // SAFETY: live channel.
             let fd = unsafe { self.ptr.as_ref().fd };
-            let mut pfd = libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            };
             let ms = deadline.remaining().as_millis().clamp(1, 1000) as i32;
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut pfd, 1, ms) };
+            crate::ret::wait_readable("poll(rdma_cm channel)", fd, ms)?;
         }
     }
 

@@ -121,22 +121,10 @@ impl CompletionQueue {
         let fd = self
             .event_fd()
             .ok_or_else(|| Error::invalid("wait for CQ event", "the CQ has no channel"))?;
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let ready = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-        if ready < 0 {
-            let e = crate::ret::errno();
-            return if e == libc::EINTR {
-                Ok(false)
-            } else {
-                Err(Error::os("poll(CQ channel)", e))
-            };
-        }
-        Ok(ready > 0 && self.take_events()? > 0)
+        Ok(
+            crate::ret::wait_readable("poll(CQ channel)", fd, timeout_ms)?
+                && self.take_events()? > 0,
+        )
     }
 
     /// Reads every pending event off the channel (non-blocking) and

@@ -254,17 +254,7 @@ impl Context {
     pub fn next_async_event(&self, timeout_ms: i32) -> Result<Option<AsyncEvent>, Error> {
         // SAFETY: live context.
         let fd = unsafe { sys::verbs_shim_context_async_fd(self.as_raw()) };
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let ready = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-        if ready < 0 {
-            return Err(Error::os("poll(async fd)", crate::ret::errno()));
-        }
-        if ready == 0 {
+        if !crate::ret::wait_readable("poll(async fd)", fd, timeout_ms)? {
             return Ok(None);
         }
         let mut ev = sys::ibv_async_event::zeroed();

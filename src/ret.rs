@@ -50,3 +50,25 @@ pub(crate) fn check_count(call: &'static str, n: isize) -> Result<usize, Error> 
         Err(Error::os(call, (-n) as i32))
     }
 }
+
+/// Waits until `fd` is readable or `timeout_ms` passes (`poll(2)`);
+/// `Ok(false)` on timeout or interruption.
+pub(crate) fn wait_readable(
+    call: &'static str,
+    fd: core::ffi::c_int,
+    timeout_ms: i32,
+) -> Result<bool, Error> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    let ready = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    match ready {
+        n if n > 0 => Ok(true),
+        0 => Ok(false),
+        _ if errno() == libc::EINTR => Ok(false),
+        _ => Err(Error::os(call, errno())),
+    }
+}

@@ -43,6 +43,19 @@ pub struct ExposedBuf {
 unsafe impl Send for ExposedBuf {}
 
 impl ExposedBuf {
+    fn new(buf: ArenaBuf, grant: Grant, rkey: u32) -> ExposedBuf {
+        let remote = RemoteRegion {
+            addr: buf.addr(),
+            len: buf.len() as u64,
+            rkey,
+        };
+        ExposedBuf {
+            buf: Some(buf),
+            grant,
+            remote,
+        }
+    }
+
     /// The descriptor to give the peer: exactly this buffer.
     pub fn remote(&self) -> RemoteRegion {
         self.remote
@@ -147,16 +160,7 @@ pub(super) fn register_buffer(
         Ok(mr) => {
             // SAFETY: `mr` is a live registration just created.
             let rkey = unsafe { mr.as_ref().rkey };
-            let remote = RemoteRegion {
-                addr: buf.addr(),
-                len: buf.len() as u64,
-                rkey,
-            };
-            Ok(ExposedBuf {
-                buf: Some(buf),
-                grant: Grant::Registration(mr),
-                remote,
-            })
+            Ok(ExposedBuf::new(buf, Grant::Registration(mr), rkey))
         }
         Err(e) => Err((e, buf)),
     }
@@ -245,15 +249,6 @@ impl<B: LocalBuf> QueuePair<B> {
             unsafe { sys::verbs_shim_dealloc_mw(mw.as_ptr()) };
             return Err((e, buf));
         }
-        let remote = RemoteRegion {
-            addr: buf.addr(),
-            len: buf.len() as u64,
-            rkey,
-        };
-        Ok(ExposedBuf {
-            buf: Some(buf),
-            grant: Grant::Window(mw),
-            remote,
-        })
+        Ok(ExposedBuf::new(buf, Grant::Window(mw), rkey))
     }
 }
