@@ -10,6 +10,8 @@
 //!   --port N          TCP port of the connection exchange (default 18515)
 //!   --gid-index N     GID index (default: chosen: RoCE v2, IPv4-mapped first)
 //!   --wire tutorial   speak the primer's 36-byte conn_info (talks to its server.c/client.c)
+//!   --cm              connect with rdma_cm instead (build with --features rdmacm);
+//!                     the server's memory descriptor travels in the accept's private data
 //! ```
 //! Exit status 0 only if the bytes really arrived.
 
@@ -26,7 +28,7 @@ use verbs::{
 
 const BUF_SIZE: usize = 4096;
 const INITIAL: &str = "(initial server memory)";
-const USAGE: &str = "usage: hello_write [server | client HOST] [--dev NAME] [--port N] [--gid-index N] [--wire tutorial]";
+const USAGE: &str = "usage: hello_write [server | client HOST] [--dev NAME] [--port N] [--gid-index N] [--wire tutorial] [--cm]";
 
 #[derive(Clone, Debug)]
 struct Options {
@@ -34,6 +36,7 @@ struct Options {
     port: u16,
     gid_index: Option<u32>,
     tutorial: bool,
+    cm: bool,
 }
 
 type Qp = QueuePair<MemoryRegion>;
@@ -48,10 +51,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = match role.as_str() {
-        "server" => server(&opts, None),
-        "client" => client(&opts, &host.unwrap_or_default()),
-        _ => loopback(&opts),
+    let result = if opts.cm {
+        with_cm::run(&role, host.as_deref(), &opts)
+    } else {
+        match role.as_str() {
+            "server" => server(&opts, None),
+            "client" => client(&opts, &host.unwrap_or_default()),
+            _ => loopback(&opts),
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -68,6 +75,7 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Options), String> {
         port: TUTORIAL_TCP_PORT,
         gid_index: None,
         tutorial: false,
+        cm: false,
     };
     let mut rest = args.iter();
     let mut role = String::from("loopback");
@@ -98,6 +106,7 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Options), String> {
                 "verbs" => opts.tutorial = false,
                 other => return Err(format!("unknown wire format {other:?} (tutorial or verbs)")),
             },
+            "--cm" => opts.cm = true,
             "-h" | "--help" => return Err("help".into()),
             other => return Err(format!("unexpected argument {other:?}")),
         }
@@ -315,4 +324,152 @@ fn text(mr: &MemoryRegion) -> String {
     mr.read_at(0, &mut buf).expect("in range");
     let end = buf.iter().position(|&b| b == 0).unwrap_or(BUF_SIZE);
     String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// The same story over rdma_cm: the connection manager finds GID, LID and
+/// MTU itself; the server's region travels in the accept's private data.
+#[cfg(feature = "rdmacm")]
+mod with_cm {
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+    use std::time::Duration;
+
+    use verbs::cm::{self, CmConnection, CmListener};
+    use verbs::{Access, Context, Deadline, Local, MemoryRegion, QpConfig, RemoteSlice, SendOp};
+
+    use super::{cstring, roundtrip, text, BoxError, Options, BUF_SIZE, INITIAL};
+
+    fn deadline() -> Deadline {
+        Deadline::after(Duration::from_secs(60))
+    }
+
+    pub fn run(role: &str, host: Option<&str>, opts: &Options) -> Result<(), BoxError> {
+        match role {
+            "server" => server(CmListener::bind(SocketAddr::new(
+                Ipv4Addr::UNSPECIFIED.into(),
+                opts.port,
+            ))?),
+            "client" => {
+                let ip: IpAddr = host
+                    .unwrap_or_default()
+                    .parse()
+                    .map_err(|_| "--cm takes the server's IP address")?;
+                client(SocketAddr::new(ip, opts.port))
+            }
+            _ => {
+                // Loopback: the device's own IPv4 address (rdma_cm binds to an RDMA netdev).
+                let ctx = Context::open(opts.dev.as_deref())?;
+                let table = ctx.gid_table(1)?;
+                let i = verbs::device::choose_gid_index(&table).ok_or("no usable GID")?;
+                let ip = table
+                    .iter()
+                    .find(|e| e.index == i)
+                    .and_then(|e| e.gid.ipv4())
+                    .ok_or("no IPv4 GID")?;
+                let addr = SocketAddr::new(Ipv4Addr::from(ip).into(), opts.port);
+                println!("[main] loopback over rdma_cm on {addr}");
+                let listener = CmListener::bind(addr)?;
+                let srv = std::thread::spawn(move || server(listener).map_err(|e| e.to_string()));
+                let c = client(addr);
+                srv.join().map_err(|_| "server thread panicked")??;
+                c?;
+                println!("[main] success: the server's memory was written by RDMA and read back");
+                Ok(())
+            }
+        }
+    }
+
+    fn config(remote: Access) -> QpConfig {
+        QpConfig {
+            remote_access: remote,
+            ..QpConfig::default()
+        }
+    }
+
+    fn server(listener: CmListener) -> Result<(), BoxError> {
+        println!("[server] waiting for an rdma_cm connect request...");
+        let req = listener.request(deadline())?;
+        let mut mr = MemoryRegion::with_access(
+            req.pd(),
+            BUF_SIZE,
+            Access::REMOTE_WRITE | Access::REMOTE_READ,
+        )?;
+        mr.write_at(0, &cstring(INITIAL))?;
+        let private = cm::encode_regions(&[mr.remote().expect("remote access was granted")]);
+        let mut conn: CmConnection<MemoryRegion> = req.accept(
+            &config(Access::REMOTE_WRITE | Access::REMOTE_READ),
+            &private,
+            deadline(),
+        )?;
+        let qpn = conn.qp().qp_num();
+        println!(
+            "[server] connected on {} (QPN {qpn})",
+            conn.context().name()
+        );
+        println!("[server] before:  '{}'", text(&mr));
+        println!("[server] sleeping, doing nothing but printing my memory...");
+        let mut seen = false;
+        for t in 0..50 {
+            std::thread::sleep(Duration::from_millis(200));
+            let now = text(&mr);
+            println!("[server] t={:.1}s: '{now}'", f64::from(t + 1) * 0.2);
+            if now != INITIAL {
+                seen = true;
+                break;
+            }
+        }
+        conn.wait_disconnected(deadline())?; // the client disconnects after reading back
+        let after = text(&mr);
+        println!("[server] after:   '{after}' (client disconnected)");
+        if seen && after.starts_with("Hello, RDMA") {
+            Ok(())
+        } else {
+            Err("the server's memory never changed".into())
+        }
+    }
+
+    fn client(addr: SocketAddr) -> Result<(), BoxError> {
+        println!("[client] rdma_cm connect to {addr}...");
+        let mut conn: CmConnection<MemoryRegion> =
+            cm::connect(addr, &config(Access::EMPTY), b"", deadline())?;
+        let region = *cm::decode_regions(conn.peer_private_data())?
+            .first()
+            .ok_or("no region shared")?;
+        println!(
+            "[client] peer addr={:#x}, rkey={:#x} (from the accept's private data)",
+            region.addr, region.rkey
+        );
+        let message = format!(
+            "Hello, RDMA from client at PID {} (rdma_cm)!",
+            std::process::id()
+        );
+        let mut mr = MemoryRegion::new(conn.pd(), BUF_SIZE)?;
+        mr.write_at(0, &cstring(&message))?;
+        let len = message.len() + 1;
+        let dst = RemoteSlice::new(&region, 0, len as u64)?;
+        let mut mr = roundtrip(
+            conn.qp(),
+            SendOp::Write(dst),
+            Local::range(mr, 0, len).map_err(|(e, _)| e)?,
+        )?;
+        println!("[client] RDMA Write completed.");
+        std::thread::sleep(Duration::from_millis(500)); // let the server print it
+        mr.write_at(0, &[0u8; BUF_SIZE])?;
+        let src = RemoteSlice::new(&region, 0, BUF_SIZE as u64)?;
+        let mr = roundtrip(conn.qp(), SendOp::Read(src), Local::whole(mr))?;
+        let got = text(&mr);
+        println!("[client] RDMA Read got: '{got}'");
+        conn.disconnect()?;
+        if got == message {
+            Ok(())
+        } else {
+            Err(format!("read back {got:?}, expected {message:?}").into())
+        }
+    }
+}
+
+#[cfg(not(feature = "rdmacm"))]
+mod with_cm {
+    pub fn run(_: &str, _: Option<&str>, _: &super::Options) -> Result<(), super::BoxError> {
+        Err("--cm needs the rdmacm feature: cargo run --features rdmacm --example hello_write -- --cm".into())
+    }
 }

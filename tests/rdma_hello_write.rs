@@ -314,6 +314,28 @@ fn loopback_in_one_process() {
     }
 }
 
+/// The same story over rdma_cm (`--cm`): the connection manager resolves
+/// the peer, the region travels in the accept's private data.
+#[cfg(feature = "rdmacm")]
+#[test]
+fn loopback_over_rdma_cm() {
+    let Some((dev, _)) = device_and_gid("hello_write --cm loopback") else {
+        return;
+    };
+    let example = example_binary();
+    let port = free_port().to_string();
+    let run = Running::spawn(
+        "hello_write --cm",
+        Command::new(&example).args(["--cm", "--dev", &dev, "--port", &port]),
+    );
+    let outcomes = finish(vec![run]);
+    require_success("hello_write --cm (loopback)", &outcomes);
+    let what = "hello_write --cm (loopback)";
+    for needles in [BEFORE, WATCHED, AFTER, READ_BACK] {
+        require_line(what, &outcomes[0], needles, &outcomes);
+    }
+}
+
 /// Our client writes into the C server's memory (the primer's server.c role).
 #[test]
 fn our_client_against_c_server() {
