@@ -267,8 +267,19 @@ impl Context {
             // SAFETY: every member of the element union is plain data; the
             // port number is only meaningful for port events (documented).
             port: unsafe { ev.element.port_num },
-            // SAFETY: as above: the pointer is read as a number, never dereferenced.
-            element: unsafe { ev.element.qp }.cast::<u8>() as usize,
+            // Port and device events carry a port number (or nothing), not an object.
+            element: match ev.event_type {
+                sys::ibv_event_type::PORT_ACTIVE
+                | sys::ibv_event_type::PORT_ERR
+                | sys::ibv_event_type::LID_CHANGE
+                | sys::ibv_event_type::PKEY_CHANGE
+                | sys::ibv_event_type::SM_CHANGE
+                | sys::ibv_event_type::CLIENT_REREGISTER
+                | sys::ibv_event_type::GID_CHANGE
+                | sys::ibv_event_type::DEVICE_FATAL => 0,
+                // SAFETY: as above: the pointer is read as a number, never dereferenced.
+                _ => unsafe { ev.element.qp }.cast::<u8>() as usize,
+            },
         };
         // SAFETY: `ev` came from ibv_get_async_event and is acked exactly once.
         unsafe { sys::ibv_ack_async_event(&mut ev) };

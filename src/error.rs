@@ -211,7 +211,7 @@ pub fn wc_status_explanation(status: ibv_wc_status) -> &'static str {
         }
         ibv_wc_status::LOC_QP_OP_ERR => {
             "local QP operation error: the request is inconsistent with the QP (e.g. inline data \
-             above max_inline_data, or too many SGEs)"
+             above max_inline_data, or too many SGEs), or (Soft-RoCE) the packet could not be sent: port or netdev down"
         }
         ibv_wc_status::LOC_PROT_ERR => {
             "local protection error: wrong lkey (an rkey used as lkey?), an SGE outside its region, \

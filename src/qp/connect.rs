@@ -16,7 +16,9 @@ use super::{QpState, QueuePair};
 pub struct ConnectOptions {
     /// Local ACK timeout, 4.096 us * 2^timeout (14: about 67 ms).
     pub timeout: u8,
-    /// Transport retries before `RETRY_EXC_ERR` (at most 7).
+    /// Transport retries before `RETRY_EXC_ERR` (at most 7; Soft-RoCE treats
+    /// 7 as "forever", so a dead peer is then found only by your deadline:
+    /// use 6 or less to get the error, after about timeout x (retry_cnt + 1)).
     pub retry_cnt: u8,
     /// Receiver-not-ready retries (7: forever).
     pub rnr_retry: u8,

@@ -519,7 +519,7 @@ impl<B: LocalBuf> QueuePair<B> {
             if deadline.passed() {
                 return Err(
                     Error::new("wait for a completion", ErrorKind::TimedOut).with_hint(
-                        "is the peer alive and connected? an RC QP retries for timeout x retry_cnt",
+                        "is the peer alive and connected? an RC QP retries for timeout x retry_cnt (Soft-RoCE treats retry_cnt 7 as forever)",
                     ),
                 );
             }
@@ -611,13 +611,12 @@ impl<B: LocalBuf> QueuePair<B> {
         while let Some((s, slot)) = queue.pop() {
             delivered += 1;
             if s == seq {
-                on_done(completion_from(
-                    wc,
-                    slot.tag,
-                    is_recv,
-                    slot.signaled,
-                    slot.locals,
-                ));
+                let mut c = completion_from(wc, slot.tag, is_recv, slot.signaled, slot.locals);
+                if c.status != crate::cq::WcStatus::SUCCESS {
+                    // The entry's opcode is undefined on errors: report what was posted.
+                    c.opcode = slot.opcode;
+                }
+                on_done(c);
                 break;
             }
             // Completed by the later completion `seq` on the same queue.
