@@ -394,6 +394,8 @@ mod with_cm {
             Access::REMOTE_WRITE | Access::REMOTE_READ,
         )?;
         mr.write_at(0, &cstring(INITIAL))?;
+        // Printed before accepting: no peer can reach the memory yet.
+        println!("[server] before:  '{}'", text(&mr));
         let private = cm::encode_regions(&[mr.remote().expect("remote access was granted")]);
         let mut conn: CmConnection<MemoryRegion> = req.accept(
             &config(Access::REMOTE_WRITE | Access::REMOTE_READ),
@@ -405,7 +407,6 @@ mod with_cm {
             "[server] connected on {} (QPN {qpn})",
             conn.context().name()
         );
-        println!("[server] before:  '{}'", text(&mr));
         println!("[server] sleeping, doing nothing but printing my memory...");
         let mut seen = false;
         for t in 0..50 {

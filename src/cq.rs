@@ -181,6 +181,17 @@ impl CompletionQueue {
         check_count("ibv_poll_cq", got as isize)
     }
 
+    /// As [`CompletionQueue::poll`], into uninitialized storage (no need
+    /// to zero the array first); returns the completions written.
+    #[inline]
+    pub fn poll_uninit<'a>(
+        &self,
+        out: &'a mut [core::mem::MaybeUninit<WorkCompletion>],
+    ) -> Result<&'a [WorkCompletion], Error> {
+        // SAFETY: `self` keeps the CQ alive for the call.
+        unsafe { poll_uninit_raw(self.inner.ptr.as_ptr(), out) }
+    }
+
     /// The raw CQ, for calls the safe layer does not wrap.
     pub fn as_raw(&self) -> *mut sys::ibv_cq {
         self.inner.ptr.as_ptr()
@@ -247,6 +258,26 @@ impl WorkCompletion {
             }),
         ))
     }
+}
+
+/// [`CompletionQueue::poll_uninit`] on a raw CQ, for callers that hold the
+/// CQ alive through another borrow (the queue pair's data path).
+///
+/// # Safety
+///
+/// `cq` must be a live CQ for the duration of the call.
+#[inline]
+pub(crate) unsafe fn poll_uninit_raw(
+    cq: *mut sys::ibv_cq,
+    out: &mut [core::mem::MaybeUninit<WorkCompletion>],
+) -> Result<&[WorkCompletion], Error> {
+    let n = out.len().min(i32::MAX as usize) as i32;
+    // SAFETY: live CQ (caller); `out` is valid for `n` writes of `ibv_wc`
+    // (WorkCompletion and MaybeUninit are transparent wrappers).
+    let got = unsafe { sys::verbs_shim_poll_cq(cq, n, out.as_mut_ptr().cast()) };
+    let got = check_count("ibv_poll_cq", got as isize)?.min(out.len());
+    // SAFETY: the library initialized the first `got` entries.
+    Ok(unsafe { core::slice::from_raw_parts(out.as_ptr().cast::<WorkCompletion>(), got) })
 }
 
 pub(crate) struct ChannelInner {

@@ -192,8 +192,10 @@ impl<B: LocalBuf> QueuePair<B> {
             psn: crate::time::random_u32() & crate::endpoint::MAX_PSN,
             state: QpState::RESET,
             caps,
-            max_rd_atomic: dev.max_qp_rd_atom().clamp(1, 16),
-            max_dest_rd_atomic: dev.max_qp_init_rd_atom().clamp(1, 16),
+            // Initiator depth is bounded by the device's init limit, responder
+            // resources by its per-QP limit (as perftest, the device's maximum).
+            max_rd_atomic: dev.max_qp_init_rd_atom().max(1),
+            max_dest_rd_atomic: dev.max_qp_rd_atom().max(1),
             windows_bounded: dev.0.vendor_id != SOFT_ROCE_VENDOR_ID,
             send: InFlight::new(caps.max_send_wr),
             recv: InFlight::new(caps.max_recv_wr),

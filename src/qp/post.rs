@@ -495,10 +495,12 @@ impl<B: LocalBuf> QueuePair<B> {
     /// Returns the number handed back. Never blocks, never allocates.
     #[inline]
     pub fn poll(&mut self, mut on_done: impl FnMut(Completion<B>)) -> Result<usize, Error> {
-        let mut wcs = [WorkCompletion::zeroed(); 16];
-        let n = self.cq.poll(&mut wcs)?;
+        // Uninitialized: zeroing 768 bytes per poll showed up in profiles.
+        let mut wcs = [core::mem::MaybeUninit::<WorkCompletion>::uninit(); 16];
+        // SAFETY: the QP holds its CQ (`self.cq`) alive.
+        let polled = unsafe { crate::cq::poll_uninit_raw(self.cq.as_raw(), &mut wcs)? };
         let mut delivered = 0;
-        for wc in &wcs[..n] {
+        for wc in polled {
             delivered += self.retire(wc, &mut on_done);
         }
         Ok(delivered)
