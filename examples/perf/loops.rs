@@ -1,0 +1,488 @@
+//! The measured loops of `perf`.
+//!
+//! Everything between the first timestamp and the last runs here, through
+//! the crate's safe data path (`post_send`, `post_send_chain`,
+//! `post_inline`, `post_recv`, `poll`). `tests/rdma_zero_alloc.rs` includes
+//! this very file and runs these functions under a counting allocator, so
+//! the rule is: nothing in [`run`] allocates. Every buffer, pool and
+//! timestamp table is sized in [`Side::prepare`] (module `side`); pools are
+//! `Vec`s pushed and popped within the capacity reserved there; errors are
+//! `verbs::Error` (`Copy`, no heap).
+//!
+//! Methodology, per test (the same as perftest's, implemented here):
+//! - `write_lat`, `send_lat`: symmetric ping-pong. Each side waits for the
+//!   peer's message number k (write: the last byte of its inbox becomes k;
+//!   send: a receive completes), takes a timestamp, sends its own number k
+//!   (signaled) and waits for that send to complete; the initiator skips
+//!   the first wait. Consecutive timestamps are one round trip apart.
+//! - `read_lat`, `atomic_lat`: timestamp, post one signaled request, poll
+//!   until it completes; consecutive timestamps are one request apart.
+//! - `*_bw`: keep `tx_depth` requests in flight per QP, posted in calls of
+//!   `post_list` requests, every `cq_mod`-th (and the last) signaled; one
+//!   timestamp per post call and one per signaled completion.
+
+use verbs::{
+    Access, ArenaBuf, Error, ErrorKind, Local, MemoryRegion, RecvRequest, SendOp, SendRequest,
+};
+
+use super::clock::ticks;
+use super::side::{Lane, Side};
+
+/// Most requests in one `post_send_chain` call (the crate's `MAX_CHAIN`).
+pub const MAX_CHAIN: usize = 32;
+
+/// Idle polls between two looks at the clock while waiting: a stalled peer
+/// is noticed within microseconds of the limit, and the fast path never
+/// reads the clock.
+const STALL_CHECK_EVERY: u32 = 1 << 14;
+
+/// The seven tests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Test {
+    /// RDMA Write ping-pong.
+    WriteLat,
+    /// RDMA Read round trips.
+    ReadLat,
+    /// Send/receive ping-pong.
+    SendLat,
+    /// Fetch-and-add round trips.
+    AtomicLat,
+    /// RDMA Write stream.
+    WriteBw,
+    /// RDMA Read stream.
+    ReadBw,
+    /// Send stream into posted receives.
+    SendBw,
+}
+
+impl Test {
+    /// Every test, in perftest's order.
+    pub const ALL: [Test; 7] = [
+        Test::WriteLat,
+        Test::ReadLat,
+        Test::SendLat,
+        Test::AtomicLat,
+        Test::WriteBw,
+        Test::ReadBw,
+        Test::SendBw,
+    ];
+
+    /// The subcommand name (`write_lat`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::WriteLat => "write_lat",
+            Test::ReadLat => "read_lat",
+            Test::SendLat => "send_lat",
+            Test::AtomicLat => "atomic_lat",
+            Test::WriteBw => "write_bw",
+            Test::ReadBw => "read_bw",
+            Test::SendBw => "send_bw",
+        }
+    }
+
+    /// The test a subcommand names.
+    pub fn from_name(name: &str) -> Option<Test> {
+        Test::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// Latency (ping-pong or round trips) rather than bandwidth.
+    pub fn is_latency(self) -> bool {
+        matches!(
+            self,
+            Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat
+        )
+    }
+
+    /// Uses the peer's receive queue.
+    pub fn is_send(self) -> bool {
+        matches!(self, Test::SendLat | Test::SendBw)
+    }
+
+    /// May carry its data inline (Write and Send; Read and atomics fetch).
+    pub fn can_inline(self) -> bool {
+        matches!(
+            self,
+            Test::WriteLat | Test::SendLat | Test::WriteBw | Test::SendBw
+        )
+    }
+
+    /// Whether the passive side runs a loop too (else its CPU stays idle).
+    pub fn peer_is_active(self) -> bool {
+        matches!(self, Test::WriteLat | Test::SendLat | Test::SendBw)
+    }
+
+    /// What the peer may do to a side's inbox (least privilege).
+    pub fn remote_access(self) -> Access {
+        match self {
+            Test::WriteLat | Test::WriteBw => Access::REMOTE_WRITE,
+            Test::ReadLat | Test::ReadBw => Access::REMOTE_READ,
+            Test::AtomicLat => Access::REMOTE_ATOMIC,
+            Test::SendLat | Test::SendBw => Access::EMPTY,
+        }
+    }
+}
+
+/// The knobs of one measured run (one message size).
+#[derive(Clone, Copy, Debug)]
+pub struct Params {
+    /// Which loop.
+    pub test: Test,
+    /// Message size in bytes.
+    pub size: usize,
+    /// Iterations per QP.
+    pub iters: u64,
+    /// Requests in flight per QP (bandwidth tests).
+    pub tx_depth: u32,
+    /// Every `cq_mod`-th request per QP is signaled, and the last.
+    pub cq_mod: u32,
+    /// Requests per post call (one doorbell per call).
+    pub post_list: u32,
+    /// Largest size sent inline (0: never); at most what the device granted.
+    pub inline: usize,
+    /// Receives kept posted per QP (send tests).
+    pub rx_depth: u32,
+    /// This side starts the ping-pong / is the bandwidth sender.
+    pub initiator: bool,
+    /// Re-poll at once after an empty poll, without the CPU's spin-wait
+    /// hint (`pause` on x86): perftest's loop. Off: one `spin_loop` hint per
+    /// empty poll, as `QueuePair::wait` does.
+    pub busy_poll: bool,
+    /// Ticks without progress before a wait gives up (a dead peer).
+    pub stall: u64,
+}
+
+/// Runs this side's part of test `p.test` (after [`Side::prepare`] on both sides).
+pub fn run(side: &mut Side, p: &Params) -> Result<(), Error> {
+    match (p.test, p.initiator) {
+        (Test::WriteLat | Test::SendLat, _) => ping_pong(side, p),
+        (Test::ReadLat | Test::AtomicLat, true) => round_trips(side, p),
+        (Test::WriteBw | Test::ReadBw | Test::SendBw, true) => stream(side, p),
+        (Test::SendBw, false) => drain_receives(side, p),
+        // The target of one-sided requests: its CPU takes no part.
+        _ => Ok(()),
+    }
+}
+
+/// Waiting without sleeping, with a limit on how long nothing happens.
+struct Spin {
+    idle: u32,
+    since: u64,
+}
+
+impl Spin {
+    #[inline(always)]
+    fn new() -> Spin {
+        Spin { idle: 0, since: 0 }
+    }
+
+    /// One empty poll.
+    #[inline(always)]
+    fn idle(&mut self, p: &Params, what: &'static str) -> Result<(), Error> {
+        if !p.busy_poll {
+            core::hint::spin_loop();
+        }
+        self.idle = self.idle.wrapping_add(1);
+        if self.idle % STALL_CHECK_EVERY == 0 {
+            self.check(p, what)?;
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn check(&mut self, p: &Params, what: &'static str) -> Result<(), Error> {
+        let now = ticks();
+        if self.since == 0 {
+            self.since = now;
+        } else if now.wrapping_sub(self.since) > p.stall {
+            return Err(Error::new(what, ErrorKind::TimedOut)
+                .with_hint("is the peer alive, and running the same test with the same options?"));
+        }
+        Ok(())
+    }
+}
+
+/// Polls `lane`'s completion queue once. Buffers go back to their pools,
+/// finished requests are counted (`total` counts send-queue requests of
+/// every lane), and each signaled send completion is timestamped into
+/// `record`. Returns the number of requests handed back.
+#[inline]
+fn reap(
+    lane: &mut Lane,
+    total: &mut u64,
+    mut record: Option<&mut Vec<(u64, u64)>>,
+) -> Result<usize, Error> {
+    let Lane {
+        qp,
+        sends,
+        recvs,
+        done,
+        received,
+        ..
+    } = lane;
+    let mut failed = None;
+    let n = qp.poll(|mut c| {
+        if let Err(e) = c.result() {
+            failed.get_or_insert(e);
+        }
+        let buf = c.take_buf();
+        if c.is_recv {
+            *received += 1;
+            recvs.extend(buf);
+        } else {
+            *done += 1;
+            *total += 1;
+            sends.extend(buf);
+            if c.signaled {
+                if let Some(r) = record.as_mut() {
+                    r.push((*total - 1, ticks()));
+                }
+            }
+        }
+    })?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(n),
+    }
+}
+
+/// Posts the receive buffers the lane holds, until `iters` were posted.
+#[inline]
+pub(crate) fn repost(lane: &mut Lane, p: &Params) -> Result<(), Error> {
+    while lane.recv_posted < p.iters {
+        let Some(buf) = lane.recvs.pop() else { break };
+        let local = Local::range(buf, 0, p.size).map_err(|(e, _)| e)?;
+        lane.qp
+            .post_recv(RecvRequest::new(local))
+            .map_err(|e| e.error)?;
+        lane.recv_posted += 1;
+    }
+    Ok(())
+}
+
+/// Polls until the lane's send-queue requests up to number `n` completed.
+#[inline]
+fn wait_sent(lane: &mut Lane, n: u64, p: &Params) -> Result<(), Error> {
+    let mut spin = Spin::new();
+    let mut total = 0;
+    while lane.done < n {
+        if reap(lane, &mut total, None)? == 0 {
+            spin.idle(p, "wait for a send completion")?;
+        }
+    }
+    Ok(())
+}
+
+/// Polls until the lane has received `n` messages, posting receives again.
+#[inline]
+fn wait_received(lane: &mut Lane, n: u64, p: &Params) -> Result<(), Error> {
+    let mut spin = Spin::new();
+    let mut total = 0;
+    while lane.received < n {
+        if reap(lane, &mut total, None)? == 0 {
+            spin.idle(p, "wait for the peer's send")?;
+        }
+    }
+    repost(lane, p)
+}
+
+/// Spins until byte `at` of `inbox` reads `want` (the peer's RDMA Write).
+#[inline]
+fn wait_byte(inbox: &MemoryRegion, at: usize, want: u8, p: &Params) -> Result<(), Error> {
+    let mut spin = Spin::new();
+    let mut b = [0u8];
+    loop {
+        // A volatile one-byte read: the NIC writes this memory behind the
+        // compiler's back.
+        inbox.read_at(at, &mut b)?;
+        if b[0] == want {
+            return Ok(());
+        }
+        spin.idle(p, "wait for the peer's RDMA Write")?;
+    }
+}
+
+/// Posts one Write or Send of `p.size` bytes whose last byte is `mark`,
+/// inline when it fits, else from a pooled buffer.
+#[inline]
+fn post_marked(
+    lane: &mut Lane,
+    op: SendOp,
+    data: &mut [u8],
+    mark: u8,
+    p: &Params,
+) -> Result<(), Error> {
+    let last = p.size - 1;
+    if p.size <= p.inline {
+        data[last] = mark;
+        return lane.qp.post_inline(op, &data[..p.size], 0, true);
+    }
+    let mut buf = lane.sends.pop().ok_or_else(no_buffer)?;
+    if matches!(op, SendOp::Write(_)) {
+        buf.write_at(last, &[mark])?;
+    }
+    let local = Local::range(buf, 0, p.size).map_err(|(e, _)| e)?;
+    lane.qp
+        .post_send(SendRequest::new(op, local))
+        .map_err(|e| e.error)
+}
+
+/// `write_lat` and `send_lat` (see the module docs).
+fn ping_pong(side: &mut Side, p: &Params) -> Result<(), Error> {
+    let Side {
+        lanes,
+        inbox,
+        stamps,
+        inline_data,
+        ..
+    } = side;
+    let lane = &mut lanes[0];
+    let op = match p.test {
+        Test::WriteLat => SendOp::Write(lane.remote(p.size)?),
+        _ => SendOp::Send,
+    };
+    let (mut sent, mut seen) = (0u64, 0u64);
+    while sent < p.iters || seen < p.iters {
+        if seen < p.iters && !(sent == 0 && p.initiator) {
+            seen += 1;
+            match p.test {
+                // The counter wraps at 256 like a C char: the byte only
+                // ever steps to the next value, so the wait is exact.
+                Test::WriteLat => wait_byte(inbox, p.size - 1, seen as u8, p)?,
+                _ => wait_received(lane, seen, p)?,
+            }
+        }
+        if sent < p.iters {
+            stamps.posted[sent as usize] = ticks();
+            sent += 1;
+            post_marked(lane, op, inline_data, sent as u8, p)?;
+            wait_sent(lane, sent, p)?;
+        }
+    }
+    Ok(())
+}
+
+/// `read_lat` and `atomic_lat` (see the module docs).
+fn round_trips(side: &mut Side, p: &Params) -> Result<(), Error> {
+    let Side { lanes, stamps, .. } = side;
+    let lane = &mut lanes[0];
+    let remote = lane.remote(p.size)?;
+    let op = match p.test {
+        Test::ReadLat => SendOp::Read(remote),
+        _ => SendOp::FetchAdd { remote, add: 1 },
+    };
+    for k in 0..p.iters {
+        stamps.posted[k as usize] = ticks();
+        let buf = lane.sends.pop().ok_or_else(no_buffer)?;
+        let local = Local::range(buf, 0, p.size).map_err(|(e, _)| e)?;
+        lane.qp
+            .post_send(SendRequest::new(op, local))
+            .map_err(|e| e.error)?;
+        wait_sent(lane, k + 1, p)?;
+    }
+    Ok(())
+}
+
+/// The bandwidth sender (see the module docs).
+fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
+    let depth = u64::from(side.depth.clamp(1, p.tx_depth.max(1)));
+    let Side {
+        lanes,
+        stamps,
+        inline_data,
+        ..
+    } = side;
+    let list = u64::from(p.post_list.clamp(1, MAX_CHAIN as u32)).min(depth);
+    // At least one signaled request in any `depth` consecutive ones, or
+    // the window fills with requests that never complete (when buffer
+    // memory cut the depth below the moderation, say).
+    let cq_mod = u64::from(p.cq_mod.max(1)).min(depth);
+    let inline = p.test.can_inline() && p.size <= p.inline && list == 1;
+    let signaled = |k: u64| (k + 1) % cq_mod == 0 || k + 1 == p.iters;
+    let total = p.iters * lanes.len() as u64;
+    let mut chain: [Option<SendRequest<ArenaBuf>>; MAX_CHAIN] = Default::default();
+    let (mut posted, mut done) = (0u64, 0u64);
+    let mut spin = Spin::new();
+    while done < total {
+        for lane in lanes.iter_mut() {
+            let op = match p.test {
+                Test::WriteBw => SendOp::Write(lane.remote(p.size)?),
+                Test::ReadBw => SendOp::Read(lane.remote(p.size)?),
+                _ => SendOp::Send,
+            };
+            while lane.posted < p.iters {
+                let n = list.min(p.iters - lane.posted);
+                if lane.posted - lane.done + n > depth {
+                    break;
+                }
+                let at = posted as usize;
+                stamps.posted[at..at + n as usize].fill(ticks());
+                let k = lane.posted;
+                if inline {
+                    lane.qp
+                        .post_inline(op, &inline_data[..p.size], 0, signaled(k))?;
+                } else {
+                    for (j, slot) in chain.iter_mut().enumerate().take(n as usize) {
+                        let buf = lane.sends.pop().ok_or_else(no_buffer)?;
+                        let local = Local::range(buf, 0, p.size).map_err(|(e, _)| e)?;
+                        let req = SendRequest::new(op, local);
+                        *slot = Some(if signaled(k + j as u64) {
+                            req
+                        } else {
+                            req.unsignaled()
+                        });
+                    }
+                    if n == 1 {
+                        let req = chain[0].take().ok_or_else(no_buffer)?;
+                        lane.qp.post_send(req).map_err(|e| e.error)?;
+                    } else {
+                        let sent = lane.qp.post_send_chain(&mut chain[..n as usize])?;
+                        if sent as u64 != n {
+                            return Err(Error::new("post_send_chain", ErrorKind::QueueFull)
+                                .with_detail("fewer requests posted than chained"));
+                        }
+                    }
+                }
+                lane.posted += n;
+                posted += n;
+            }
+        }
+        let mut got = 0;
+        for lane in lanes.iter_mut() {
+            got += reap(lane, &mut done, Some(&mut stamps.completed))?;
+        }
+        if got == 0 {
+            spin.idle(p, "wait for send completions")?;
+        } else {
+            spin = Spin::new();
+        }
+    }
+    Ok(())
+}
+
+/// The receiver of `send_bw`: completes every receive and posts it again.
+fn drain_receives(side: &mut Side, p: &Params) -> Result<(), Error> {
+    let mut spin = Spin::new();
+    let mut unused = 0;
+    loop {
+        let mut got = 0;
+        let mut pending = false;
+        for lane in side.lanes.iter_mut() {
+            got += reap(lane, &mut unused, None)?;
+            repost(lane, p)?;
+            pending |= lane.received < p.iters;
+        }
+        if !pending {
+            return Ok(());
+        }
+        if got == 0 {
+            spin.idle(p, "wait for the peer's sends")?;
+        } else {
+            spin = Spin::new();
+        }
+    }
+}
+
+#[cold]
+fn no_buffer() -> Error {
+    Error::new("perf", ErrorKind::QueueFull).with_detail("no free local buffer (a bug in perf)")
+}

@@ -1,0 +1,303 @@
+//! `perf`: perftest's latency and bandwidth tests (ib_write_lat,
+//! ib_read_bw, ...) on the crate's safe API, with perftest's options,
+//! methodology and output, so the two can be compared figure for figure
+//! (`tests/softroce/compare` does that).
+//!
+//! ```text
+//! cargo run --release --example perf -- write_lat -s 64          # loopback, one device
+//! cargo run --release --example perf -- write_bw -a              # size sweep
+//! perf read_lat server            |  perf read_lat client HOST   # two hosts
+//! ```
+//! Modules: [`opts`] (command line), [`side`] (a side's queue pairs and
+//! memory) and [`loops`] (the measured loops; both shared with
+//! `tests/rdma_zero_alloc.rs`), [`clock`] (timestamps), [`report`]
+//! (figures and output), [`remote`] (two hosts).
+
+mod clock;
+mod loops;
+mod opts;
+mod remote;
+mod report;
+mod side;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use verbs::{Context, Mtu, ProtectionDomain};
+
+use clock::Clock;
+use loops::{Params, Test};
+use opts::{Opts, Role};
+use report::Json;
+use side::{Setup, Side};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A wait with no progress for this long means the peer is gone.
+const STALL: Duration = Duration::from_secs(30);
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let opts = match Opts::parse(&args) {
+        Ok(o) => o,
+        Err(msg) if msg.is_empty() => {
+            println!("{}", opts::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(msg) => {
+            eprintln!("perf: {msg}\n{}", opts::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    let clock = Clock::calibrate(Duration::from_millis(100));
+    let result = match &opts.role {
+        Role::Loopback => loopback(&opts, &clock),
+        Role::Server => remote::run(&opts, &clock, None),
+        Role::Client(host) => remote::run(&opts, &clock, Some(host)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("perf: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Opens the device and builds one side's resources.
+pub fn open(opts: &Opts) -> Result<(Context, ProtectionDomain, Setup), BoxError> {
+    let ctx = Context::open(opts.dev.as_deref())?;
+    let pd = ProtectionDomain::new(&ctx)?;
+    let setup = Setup {
+        test: opts.test,
+        qps: opts.qps,
+        max_size: opts.sizes().into_iter().max().unwrap_or(2),
+        tx_depth: opts.tx_depth(),
+        post_list: opts.post_list,
+        rx_depth: opts.rx_depth,
+        inline: opts.inline_request(),
+        port: opts.ib_port,
+        gid_index: opts.gid_index,
+        mtu: match opts.mtu {
+            Some(b) => Mtu::from_bytes(b).ok_or("-m takes 256, 512, 1024, 2048 or 4096")?,
+            None => Mtu::MTU_4096,
+        },
+        buf_mem: opts.buf_mem_mib.max(1) << 20,
+    };
+    Ok((ctx, pd, setup))
+}
+
+/// The knobs of one size's run on one side.
+pub fn params(opts: &Opts, side: &Side, size: usize, initiator: bool, clock: &Clock) -> Params {
+    let granted = side.lanes[0].qp.caps().max_inline_data as usize;
+    Params {
+        test: opts.test,
+        size,
+        iters: opts.iters(),
+        tx_depth: opts.tx_depth(),
+        cq_mod: opts.cq_mod(size),
+        post_list: opts.post_list,
+        inline: (opts.inline_request() as usize).min(granted),
+        rx_depth: opts.rx_depth,
+        initiator,
+        busy_poll: opts.busy_poll,
+        stall: clock.ticks_in(STALL),
+    }
+}
+
+/// Both sides in this process: two sets of QPs on one device, connected
+/// to each other; the passive side's loop (if it has one) on a thread.
+fn loopback(opts: &Opts, clock: &Clock) -> Result<(), BoxError> {
+    let (ctx, pd, setup) = open(opts)?;
+    let mut a = Side::new(&pd, &setup)?;
+    let mut b = Side::new(&pd, &setup)?;
+    let (ea, eb) = (a.endpoints(), b.endpoints());
+    let mtu = a.connect(&eb)?;
+    b.connect(&ea)?;
+    let mut out = Output::new(
+        opts,
+        &ctx,
+        &a,
+        mtu,
+        clock,
+        "loopback (two QPs on one device, one process)",
+    );
+    for size in opts.sizes() {
+        let pa = params(opts, &a, size, true, clock);
+        let pb = params(opts, &b, size, false, clock);
+        a.prepare(&pa)?;
+        b.prepare(&pb)?;
+        out.note_depth(&pa, a.depth());
+        if opts.test.peer_is_active() {
+            std::thread::scope(|s| {
+                let peer = s.spawn(|| loops::run(&mut b, &pb));
+                let mine = loops::run(&mut a, &pa);
+                let theirs = peer.join().map_err(|_| "the peer thread panicked")?;
+                mine.and(theirs).map_err(BoxError::from)
+            })?;
+        } else {
+            loops::run(&mut a, &pa)?;
+        }
+        out.result(&a, &pa);
+    }
+    out.finish();
+    Ok(())
+}
+
+/// perftest's name of a test (`RDMA_Write_Latency_Test`).
+fn perftest_name(test: Test) -> &'static str {
+    match test {
+        Test::WriteLat => "RDMA_Write_Latency_Test",
+        Test::ReadLat => "RDMA_Read_Latency_Test",
+        Test::SendLat => "Send_Latency_Test",
+        Test::AtomicLat => "Atomic_FETCH_AND_ADD_Latency_Test",
+        Test::WriteBw => "RDMA_Write_BW_Test",
+        Test::ReadBw => "RDMA_Read_BW_Test",
+        Test::SendBw => "Send_BW_Test",
+    }
+}
+
+/// Prints the header, one line per size and (with `--json`) the document.
+pub struct Output<'a> {
+    opts: &'a Opts,
+    clock: &'a Clock,
+    info: Vec<(&'static str, Json)>,
+    results: Vec<Json>,
+    header_done: bool,
+}
+
+impl<'a> Output<'a> {
+    pub fn new(
+        opts: &'a Opts,
+        ctx: &Context,
+        side: &Side,
+        mtu: Mtu,
+        clock: &'a Clock,
+        mode: &str,
+    ) -> Output<'a> {
+        let qp = &side.lanes[0].qp;
+        let link = match qp.port().link_layer() {
+            verbs::device::LinkLayer::ETHERNET => "Ethernet",
+            _ => "IB",
+        };
+        let inline = opts.inline_request().min(qp.caps().max_inline_data);
+        let gid = qp.gid().map(|g| g.index);
+        let cq_mod = opts.cq_mod(opts.sizes()[0]);
+        let wait = if opts.busy_poll {
+            "busy-poll (re-poll at once)"
+        } else {
+            "spin with a CPU pause hint per empty poll"
+        };
+        let mut info: Vec<(&'static str, Json)> = vec![
+            ("test", Json::Str(perftest_name(opts.test).into())),
+            ("Device", Json::Str(ctx.name().into())),
+            ("Number_of_qps", Json::Int(opts.qps as u64)),
+            ("Connection_type", Json::Str("RC".into())),
+            ("TX_depth", Json::Int(u64::from(opts.tx_depth()))),
+        ];
+        if !opts.test.is_latency() {
+            info.push(("CQ_Moderation", Json::Int(u64::from(cq_mod))));
+        }
+        if opts.post_list > 1 {
+            info.push(("Post_List", Json::Int(u64::from(opts.post_list))));
+        }
+        info.extend([
+            ("Mtu", Json::Int(u64::from(mtu.bytes().unwrap_or(0)))),
+            ("Link_type", Json::Str(link.into())),
+            (
+                "GID_index",
+                gid.map_or(Json::Str("none".into()), |g| Json::Int(g.into())),
+            ),
+            ("Max_inline_data", Json::Int(inline.into())),
+            ("mode", Json::Str(mode.into())),
+            ("wait", Json::Str(wait.into())),
+            ("clock", Json::Str(clock.source())),
+        ]);
+        Output {
+            opts,
+            clock,
+            info,
+            results: Vec::new(),
+            header_done: false,
+        }
+    }
+
+    /// Says so when buffer memory kept fewer requests in flight than asked.
+    pub fn note_depth(&self, p: &Params, depth: u32) {
+        if !p.test.is_latency() && p.initiator && depth < p.tx_depth && p.size > p.inline {
+            eprintln!(
+                "perf: {} B: {depth} requests in flight instead of {} (each owns a buffer; --buf-mem {} MiB)",
+                p.size, p.tx_depth, self.opts.buf_mem_mib
+            );
+        }
+    }
+
+    fn header(&mut self) {
+        if self.header_done || self.opts.json {
+            return;
+        }
+        self.header_done = true;
+        let rule = "-".repeat(87);
+        println!("{rule}");
+        let title = perftest_name(self.opts.test).replace('_', " ");
+        println!("                    {title} (verbs perf)");
+        for (k, v) in &self.info {
+            if *k != "test" {
+                println!(
+                    " {:<16}: {}",
+                    k.replace('_', " "),
+                    v.render().trim_matches('"')
+                );
+            }
+        }
+        println!("{rule}");
+        println!(
+            "{}",
+            if self.opts.test.is_latency() {
+                report::LAT_HEADER
+            } else {
+                report::BW_HEADER
+            }
+        );
+    }
+
+    /// Reports the run `side` just made with `p`.
+    pub fn result(&mut self, side: &Side, p: &Params) {
+        self.header();
+        let s = &side.stamps;
+        let json = if p.test.is_latency() {
+            let halve = matches!(p.test, Test::WriteLat | Test::SendLat);
+            let l = report::latency(p.size, &s.posted, halve, self.clock);
+            if !self.opts.json {
+                println!("{}", report::latency_line(&l));
+            }
+            report::latency_json(&l)
+        } else {
+            let b = report::bandwidth(p.size, &s.posted, &s.completed, self.clock);
+            if !self.opts.json {
+                println!("{}", report::bandwidth_line(&b));
+            }
+            report::bandwidth_json(&b)
+        };
+        self.results.push(json);
+    }
+
+    /// Closes the table or prints the JSON document.
+    pub fn finish(self) {
+        if !self.opts.json {
+            println!("{}", "-".repeat(87));
+            return;
+        }
+        let mut results = self.results;
+        let results = if results.len() == 1 {
+            results.remove(0)
+        } else {
+            Json::Arr(results)
+        };
+        let doc = Json::Obj(vec![
+            ("test_info", Json::Obj(self.info)),
+            ("results", results),
+        ]);
+        println!("{}", doc.render());
+    }
+}

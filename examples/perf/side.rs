@@ -1,0 +1,279 @@
+//! The resources one side of a test runs on: queue pairs, the inbox the
+//! peer targets, the arena local buffers are carved from, the timestamp
+//! tables, all built and sized before the clock starts ([`Side::prepare`]),
+//! so that the loops in [`super::loops`] allocate nothing.
+//!
+//! Included by `tests/rdma_zero_alloc.rs` too.
+
+use verbs::{
+    Arena, ArenaBuf, ArenaConfig, ConnectOptions, Endpoint, Error, MemoryRegion, Mtu,
+    ProtectionDomain, QpConfig, QueuePair, RemoteRegion, RemoteSlice,
+};
+
+use super::loops::{repost, Params, Test};
+
+/// The queue pairs of `perf`: local buffers are carved from one arena.
+pub type Qp = QueuePair<ArenaBuf>;
+
+/// How queue pairs and memory are built (once per process).
+#[derive(Clone, Copy, Debug)]
+pub struct Setup {
+    /// The test the resources are for.
+    pub test: Test,
+    /// Queue pairs per side.
+    pub qps: usize,
+    /// Largest message of the run (the inbox and buffers are sized for it).
+    pub max_size: usize,
+    /// Requests in flight per QP.
+    pub tx_depth: u32,
+    /// Requests per post call.
+    pub post_list: u32,
+    /// Receives kept posted per QP (send tests).
+    pub rx_depth: u32,
+    /// Inline data to ask the device for.
+    pub inline: u32,
+    /// Port number.
+    pub port: u8,
+    /// GID index (`None`: chosen by the crate).
+    pub gid_index: Option<u32>,
+    /// Upper bound on the path MTU.
+    pub mtu: Mtu,
+    /// Bytes of local buffers per side at most: the safe API gives every
+    /// request in flight a buffer of its own, so `tx_depth` x 8 MiB would
+    /// not fit; above this, fewer requests are kept in flight.
+    pub buf_mem: usize,
+}
+
+/// One queue pair with the local buffers only it posts.
+pub struct Lane {
+    /// The queue pair.
+    pub qp: Qp,
+    pub(crate) peer: Option<RemoteRegion>,
+    /// Free buffers for send-queue requests.
+    pub(crate) sends: Vec<ArenaBuf>,
+    /// Receive buffers handed back by completions, to post again.
+    pub(crate) recvs: Vec<ArenaBuf>,
+    pub(crate) posted: u64,
+    pub(crate) done: u64,
+    pub(crate) recv_posted: u64,
+    pub(crate) received: u64,
+}
+
+impl Lane {
+    /// The first `len` bytes of the peer's inbox.
+    pub(crate) fn remote(&self, len: usize) -> Result<RemoteSlice, Error> {
+        let peer = self
+            .peer
+            .ok_or_else(|| Error::invalid("perf", "the peer shared no memory for this test"))?;
+        RemoteSlice::new(&peer, 0, len as u64)
+    }
+}
+
+/// Timestamps of one run, preallocated by [`Side::prepare`].
+#[derive(Default)]
+pub struct Stamps {
+    /// Ticks just before request `i` (all QPs, in post order) was posted.
+    pub posted: Vec<u64>,
+    /// (index of the request, ticks) per signaled send completion: request
+    /// `index` and every one before it had completed at `ticks`.
+    pub completed: Vec<(u64, u64)>,
+}
+
+/// One side of a test: its queue pairs, the memory the peer targets, the
+/// arena its local buffers come from, and its timestamps.
+pub struct Side {
+    /// Queue pairs.
+    pub lanes: Vec<Lane>,
+    /// What the peer writes, reads or updates (and polls in write_lat).
+    pub inbox: MemoryRegion,
+    /// Timestamps of the last run.
+    pub stamps: Stamps,
+    pub(crate) arena: Arena,
+    pub(crate) inline_data: Vec<u8>,
+    pub(crate) depth: u32,
+    pub(crate) buf_mem: usize,
+}
+
+impl Side {
+    /// Creates the queue pairs (in INIT), the inbox and the buffer arena.
+    pub fn new(pd: &ProtectionDomain, s: &Setup) -> Result<Side, Error> {
+        let list = s.post_list.max(1);
+        let config = QpConfig {
+            port: s.port,
+            gid_index: s.gid_index,
+            // Twice the in-flight window: the crate signals a request by
+            // itself once unsignaled ones fill half the send queue, which
+            // must never pre-empt our own every-cq_mod-th signaling.
+            max_send_wr: 2 * (s.tx_depth.max(1) + list) + 2,
+            max_recv_wr: if s.test.is_send() {
+                s.rx_depth.max(1)
+            } else {
+                1
+            },
+            max_sge: 1,
+            max_inline_data: s.inline,
+            remote_access: s.test.remote_access(),
+            max_mtu: s.mtu,
+            events: false,
+        };
+        let config = with_inline_the_device_takes(pd, config)?;
+        let lanes = (0..s.qps.max(1))
+            .map(|_| {
+                Ok(Lane {
+                    qp: QueuePair::new(pd, &config)?,
+                    peer: None,
+                    sends: Vec::new(),
+                    recvs: Vec::new(),
+                    posted: 0,
+                    done: 0,
+                    recv_posted: 0,
+                    received: 0,
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        let inbox = MemoryRegion::with_access(pd, s.max_size.max(8), s.test.remote_access())?;
+        let per_lane = (s.tx_depth.max(1) + s.rx_depth) as usize;
+        let want = s.qps.max(1) * per_lane * slot(s.max_size);
+        let arena = Arena::new(
+            pd,
+            &ArenaConfig {
+                capacity: want.min(s.buf_mem) + want.min(s.buf_mem) / 8 + (1 << 20),
+                max_buffers: (s.qps.max(1) * per_lane + 64) as u32,
+                ..ArenaConfig::default()
+            },
+        )?;
+        Ok(Side {
+            lanes,
+            inbox,
+            stamps: Stamps::default(),
+            arena,
+            inline_data: Vec::new(),
+            depth: 0,
+            buf_mem: s.buf_mem,
+        })
+    }
+
+    /// This side's endpoints (one per QP), each sharing the inbox.
+    pub fn endpoints(&self) -> Vec<Endpoint> {
+        self.lanes
+            .iter()
+            .map(|l| {
+                let mut ep = l.qp.endpoint();
+                ep.regions.extend(self.inbox.remote());
+                ep
+            })
+            .collect()
+    }
+
+    /// Connects QP i to the peer's endpoint i; returns the path MTU.
+    pub fn connect(&mut self, peers: &[Endpoint]) -> Result<Mtu, Error> {
+        if peers.len() != self.lanes.len() {
+            return Err(Error::invalid(
+                "perf connect",
+                "the peer has another number of QPs",
+            ));
+        }
+        let mut mtu = Mtu::MTU_4096;
+        for (lane, peer) in self.lanes.iter_mut().zip(peers) {
+            let path = lane.qp.connect_with(peer, &ConnectOptions::default())?;
+            mtu = path.path_mtu;
+            lane.peer = peer.regions.first().copied();
+        }
+        Ok(mtu)
+    }
+
+    /// Requests in flight per QP the last [`Side::prepare`] allowed (the
+    /// tx depth, unless buffer memory capped it).
+    pub fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// Gets ready for one run: carves this size's buffers, clears the
+    /// inbox, posts the receives, sizes the timestamp tables. Call on both
+    /// sides before either starts [`run`].
+    pub fn prepare(&mut self, p: &Params) -> Result<(), Error> {
+        let inline = p.test.can_inline() && p.size <= p.inline && p.post_list <= 1;
+        let needs_buf = !inline;
+        let mut sends = match (p.test.is_latency(), p.initiator) {
+            (true, _) if needs_buf => 1,
+            (false, true) if needs_buf => p.tx_depth.max(1),
+            _ => 0,
+        } as usize;
+        let mut recvs = if p.test.is_send() && (p.test.is_latency() || !p.initiator) {
+            (p.rx_depth.max(1) as u64).min(p.iters) as usize
+        } else {
+            0
+        };
+        // Every request in flight owns a buffer: past the memory budget,
+        // keep fewer in flight rather than share one buffer among many.
+        let budget = (self.buf_mem / slot(p.size) / self.lanes.len()).max(2);
+        if sends + recvs > budget {
+            let s = (sends * budget / (sends + recvs)).max(usize::from(sends > 0));
+            recvs = (budget - s).max(usize::from(recvs > 0));
+            sends = s;
+        }
+        self.depth = if needs_buf {
+            sends as u32
+        } else {
+            p.tx_depth.max(1)
+        };
+        let len = p.size.max(1);
+        for lane in &mut self.lanes {
+            lane.sends.clear(); // back to the arena before carving again
+            lane.recvs.clear();
+        }
+        for lane in &mut self.lanes {
+            lane.sends.reserve(sends);
+            lane.recvs.reserve(recvs);
+            for _ in 0..sends {
+                lane.sends.push(self.arena.alloc(len)?);
+            }
+            for _ in 0..recvs {
+                lane.recvs.push(self.arena.alloc(len)?);
+            }
+            lane.posted = 0;
+            lane.done = 0;
+            lane.recv_posted = 0;
+            lane.received = 0;
+            repost(lane, p)?;
+        }
+        let zeros = [0u8; 4096];
+        for at in (0..p.size.min(self.inbox.len())).step_by(zeros.len()) {
+            let n = zeros.len().min(p.size - at);
+            self.inbox.write_at(at, &zeros[..n])?;
+        }
+        self.inline_data.clear();
+        self.inline_data.resize(p.size.max(1), 0);
+        let total = p.iters as usize * self.lanes.len();
+        self.stamps.posted.clear();
+        self.stamps.posted.resize(total, 0);
+        self.stamps.completed.clear();
+        self.stamps.completed.reserve(total + 1);
+        Ok(())
+    }
+}
+
+/// `config`, with its inline size halved until the device creates the QP:
+/// some providers refuse (EINVAL) more than they support instead of
+/// granting less; then the largest size that works is used (what the
+/// granted caps report is the limit either way).
+fn with_inline_the_device_takes(
+    pd: &ProtectionDomain,
+    mut config: QpConfig,
+) -> Result<QpConfig, Error> {
+    while config.max_inline_data > 0 {
+        match QueuePair::<ArenaBuf>::new(pd, &config) {
+            Ok(_) => return Ok(config),
+            Err(e) if e.errno() == Some(libc::EINVAL) => {
+                config.max_inline_data /= 2;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(config)
+}
+
+/// Bytes a buffer of `size` takes in the arena (cache-line aligned).
+fn slot(size: usize) -> usize {
+    size.max(1).next_multiple_of(64)
+}
