@@ -194,17 +194,7 @@ fn server(opts: &Options, listener: Option<TcpListener>) -> Result<(), BoxError>
     if !opts.tutorial {
         session.sync(deadline)?; // tell the client we are watching
     }
-    println!("[server] sleeping, doing nothing but printing my memory...");
-    let mut seen = false;
-    for t in 0..50 {
-        std::thread::sleep(Duration::from_millis(200));
-        let now = text(&mr);
-        println!("[server] t={:.1}s: '{now}'", f64::from(t + 1) * 0.2);
-        if now != INITIAL {
-            seen = true;
-            break;
-        }
-    }
+    let seen = watch(&mr);
     if !opts.tutorial {
         // Stay up until the client has read the memory back.
         session.sync(Instant::now() + Duration::from_secs(60))?;
@@ -318,6 +308,21 @@ fn cstring(s: &str) -> Vec<u8> {
     v
 }
 
+/// The server's part of the story: sleep, print the memory, until the
+/// client's write shows up (true) or 10 s pass (false).
+fn watch(mr: &MemoryRegion) -> bool {
+    println!("[server] sleeping, doing nothing but printing my memory...");
+    for t in 0..50 {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = text(mr);
+        println!("[server] t={:.1}s: '{now}'", f64::from(t + 1) * 0.2);
+        if now != INITIAL {
+            return true;
+        }
+    }
+    false
+}
+
 /// The NUL-terminated string at the start of the region (copied out: a peer may be writing it).
 fn text(mr: &MemoryRegion) -> String {
     let mut buf = [0u8; BUF_SIZE];
@@ -336,7 +341,7 @@ mod with_cm {
     use verbs::cm::{self, CmConnection, CmListener};
     use verbs::{Access, Context, Deadline, Local, MemoryRegion, QpConfig, RemoteSlice, SendOp};
 
-    use super::{cstring, roundtrip, text, BoxError, Options, BUF_SIZE, INITIAL};
+    use super::{cstring, roundtrip, text, watch, BoxError, Options, BUF_SIZE, INITIAL};
 
     fn deadline() -> Deadline {
         Deadline::after(Duration::from_secs(60))
@@ -407,17 +412,7 @@ mod with_cm {
             "[server] connected on {} (QPN {qpn})",
             conn.context().name()
         );
-        println!("[server] sleeping, doing nothing but printing my memory...");
-        let mut seen = false;
-        for t in 0..50 {
-            std::thread::sleep(Duration::from_millis(200));
-            let now = text(&mr);
-            println!("[server] t={:.1}s: '{now}'", f64::from(t + 1) * 0.2);
-            if now != INITIAL {
-                seen = true;
-                break;
-            }
-        }
+        let seen = watch(&mr);
         conn.wait_disconnected(deadline())?; // the client disconnects after reading back
         let after = text(&mr);
         println!("[server] after:   '{after}' (client disconnected)");

@@ -23,6 +23,10 @@ const RECV_BIT: u64 = 1 << 63;
 const RAW_BIT: u64 = 1 << 62;
 const SEQ_MASK: u64 = RAW_BIT - 1;
 
+/// What to check when a wait for a completion times out.
+const DEAD_PEER_HINT: &str = "is the peer alive and connected? an RC QP retries for timeout x \
+     retry_cnt (Soft-RoCE treats retry_cnt 7 as forever)";
+
 /// A refused post: the error and the request, with its buffers, given back.
 #[derive(Debug)]
 pub struct PostError<R> {
@@ -494,11 +498,22 @@ impl<B: LocalBuf> QueuePair<B> {
     /// false`) when the next signaled request of its queue completes.
     /// Returns the number handed back. Never blocks, never allocates.
     #[inline]
-    pub fn poll(&mut self, mut on_done: impl FnMut(Completion<B>)) -> Result<usize, Error> {
+    pub fn poll(&mut self, on_done: impl FnMut(Completion<B>)) -> Result<usize, Error> {
+        self.poll_up_to(16, on_done)
+    }
+
+    /// [`QueuePair::poll`] taking at most `max` (≤ 16) entries off the CQ.
+    #[inline]
+    fn poll_up_to(
+        &mut self,
+        max: usize,
+        mut on_done: impl FnMut(Completion<B>),
+    ) -> Result<usize, Error> {
         // Uninitialized: zeroing 768 bytes per poll showed up in profiles.
         let mut wcs = [core::mem::MaybeUninit::<WorkCompletion>::uninit(); 16];
+        let wcs = &mut wcs[..max.clamp(1, 16)];
         // SAFETY: the QP holds its CQ (`self.cq`) alive.
-        let polled = unsafe { crate::cq::poll_uninit_raw(self.cq.as_raw(), &mut wcs)? };
+        let polled = unsafe { crate::cq::poll_uninit_raw(self.cq.as_raw(), wcs)? };
         let mut delivered = 0;
         for wc in polled {
             delivered += self.retire(wc, &mut on_done);
@@ -519,11 +534,8 @@ impl<B: LocalBuf> QueuePair<B> {
                 return Ok(n);
             }
             if deadline.passed() {
-                return Err(
-                    Error::new("wait for a completion", ErrorKind::TimedOut).with_hint(
-                        "is the peer alive and connected? an RC QP retries for timeout x retry_cnt (Soft-RoCE treats retry_cnt 7 as forever)",
-                    ),
-                );
+                return Err(Error::new("wait for a completion", ErrorKind::TimedOut)
+                    .with_hint(DEAD_PEER_HINT));
             }
             core::hint::spin_loop();
         }
@@ -564,16 +576,25 @@ impl<B: LocalBuf> QueuePair<B> {
         }
     }
 
-    /// Waits for one request to come back and returns it (others that come
-    /// back in the same poll are handed to `extra`).
+    /// Waits for the next completion entry and returns its request. It
+    /// takes one entry off the CQ at a time, so later completions stay
+    /// queued for the next call. For posting with unsignaled requests use
+    /// [`QueuePair::wait`]: the unsignaled requests a completion returns
+    /// with it are dropped here (their buffers freed, never lost to the NIC).
     pub fn wait_one(&mut self, deadline: Deadline) -> Result<Completion<B>, Error> {
-        let mut first = None;
-        self.wait(deadline, |c| {
-            if first.is_none() {
-                first = Some(c);
+        loop {
+            let mut last = None;
+            // Completions come in post order: the signaled one is the last.
+            self.poll_up_to(1, |c| last = Some(c))?;
+            if let Some(c) = last {
+                return Ok(c);
             }
-        })?;
-        first.ok_or(Error::new("wait_one", ErrorKind::TimedOut))
+            if deadline.passed() {
+                return Err(Error::new("wait for a completion", ErrorKind::TimedOut)
+                    .with_hint(DEAD_PEER_HINT));
+            }
+            core::hint::spin_loop();
+        }
     }
 
     #[inline]
