@@ -253,6 +253,20 @@ impl<B: LocalBuf> CmConnection<B> {
     }
 }
 
+/// The connection is its queue pair: `conn.post_send(..)`, `conn.poll(..)`.
+impl<B: LocalBuf> core::ops::Deref for CmConnection<B> {
+    type Target = QueuePair<B>;
+    fn deref(&self) -> &QueuePair<B> {
+        &self.qp
+    }
+}
+
+impl<B: LocalBuf> core::ops::DerefMut for CmConnection<B> {
+    fn deref_mut(&mut self) -> &mut QueuePair<B> {
+        &mut self.qp
+    }
+}
+
 impl<B: LocalBuf> Drop for CmConnection<B> {
     fn drop(&mut self) {
         // While the QP still exists: rdma_disconnect touches id->qp.
@@ -291,6 +305,24 @@ fn pd_on(id: &Arc<CmId>) -> Result<ProtectionDomain, Error> {
     let verbs =
         NonNull::new(verbs).ok_or(Error::new("rdma_cm: id has no device", ErrorKind::NotFound))?;
     ProtectionDomain::new(&Context::borrowed(verbs, id.clone()))
+}
+
+/// `pd` if the connection manager can put `id`'s queue pair in it: it
+/// must be on the very context librdmacm opened for the id's device.
+fn pd_for(id: &CmId, pd: &ProtectionDomain) -> Result<ProtectionDomain, Error> {
+    // SAFETY: live id with a device (after ROUTE_RESOLVED / CONNECT_REQUEST).
+    let verbs = unsafe { cm::verbs_shim_cm_id_verbs(id.ptr.as_ptr()) };
+    if pd.context().as_raw() != verbs {
+        return Err(Error::invalid(
+            "rdma_create_qp",
+            "the protection domain is not on the connection manager's context for this device",
+        )
+        .with_hint(
+            "share the pd() of an earlier connection, request or resolved id on the same \
+             device; a PD from Context::open is on another context",
+        ));
+    }
+    Ok(pd.clone())
 }
 
 fn conn_param(private: &[u8], rd_atomic: u8) -> cm::rdma_conn_param {
@@ -409,10 +441,25 @@ impl CmResolved {
         private_data: &[u8],
         deadline: Deadline,
     ) -> Result<CmConnection<B>, Error> {
+        let pd = self.pd.clone();
+        self.connect_in(&pd, config, private_data, deadline)
+    }
+
+    /// [`CmResolved::connect`] with the QP in `pd`, the `pd()` of an
+    /// earlier connection on the same device: many connections, one PD, so
+    /// memory registered once serves them all.
+    pub fn connect_in<B: LocalBuf>(
+        self,
+        pd: &ProtectionDomain,
+        config: &QpConfig,
+        private_data: &[u8],
+        deadline: Deadline,
+    ) -> Result<CmConnection<B>, Error> {
         if private_data.len() > MAX_CONNECT_PRIVATE_DATA {
             return Err(Error::invalid("rdma_connect", "private data over 56 bytes"));
         }
-        let CmResolved { id, pd } = self;
+        let id = self.id;
+        let pd = pd_for(&id, pd)?;
         let mut qp = qp_on::<B>(&id, &pd, config)?;
         let rd = pd.context().query_device()?.max_qp_rd_atom().clamp(1, 16);
         let mut param = conn_param(private_data, rd);
@@ -546,14 +593,29 @@ impl CmRequest {
         private_data: &[u8],
         deadline: Deadline,
     ) -> Result<CmConnection<B>, Error> {
+        let pd = self.pd.clone();
+        self.accept_in(&pd, config, private_data, deadline)
+    }
+
+    /// [`CmRequest::accept`] with the QP in `pd`, the `pd()` of an earlier
+    /// connection or request on the same device (see
+    /// [`CmResolved::connect_in`]).
+    pub fn accept_in<B: LocalBuf>(
+        self,
+        pd: &ProtectionDomain,
+        config: &QpConfig,
+        private_data: &[u8],
+        deadline: Deadline,
+    ) -> Result<CmConnection<B>, Error> {
         if private_data.len() > MAX_ACCEPT_PRIVATE_DATA {
             return Err(Error::invalid("rdma_accept", "private data over 196 bytes"));
         }
         let CmRequest {
             id,
-            pd,
             peer_private_data,
+            ..
         } = self;
+        let pd = pd_for(&id, pd)?;
         let mut qp = qp_on::<B>(&id, &pd, config)?;
         let rd = pd
             .context()

@@ -94,6 +94,83 @@ fn connect_transfer_and_disconnect() {
     server.join().unwrap();
 }
 
+/// Many connections, one protection domain: one region, registered once,
+/// serves two connections accepted and connected into the first's PD; a
+/// PD from `Context::open` (another context) is refused with the hint.
+#[test]
+fn connections_share_one_protection_domain() {
+    let Some(ctx) = support::test_context("rdma_cm shared PD") else {
+        return;
+    };
+    let addr = SocketAddr::new(IpAddr::V4(device_addr(&ctx)), 20887);
+    let listener = CmListener::bind(addr).expect("rdma_bind_addr + rdma_listen");
+    let server = std::thread::spawn(move || {
+        let first = listener.request(deadline()).expect("first request");
+        let pd = first.pd().clone();
+        let target =
+            MemoryRegion::with_access(&pd, 4096, Access::REMOTE_WRITE | Access::REMOTE_READ)
+                .unwrap();
+        let private = cm::encode_regions(&[target.remote().unwrap()]);
+        let config = support::config();
+        let mut conns: Vec<CmConnection<MemoryRegion>> =
+            vec![first.accept_in(&pd, &config, &private, deadline()).unwrap()];
+        let second = listener.request(deadline()).expect("second request");
+        conns.push(
+            second
+                .accept_in(&pd, &config, &private, deadline())
+                .unwrap(),
+        );
+        for conn in &mut conns {
+            conn.wait_disconnected(deadline()).unwrap();
+        }
+        let mut got = [0u8; 8];
+        target.read_at(0, &mut got).unwrap();
+        assert_eq!(&got, b"AAAABBBB", "each connection wrote its half");
+    });
+
+    let first = cm::resolve(addr, deadline()).expect("resolve");
+    let pd = first.pd().clone();
+    let foreign = verbs::ProtectionDomain::new(&ctx).unwrap();
+    let err = cm::resolve(addr, deadline())
+        .unwrap()
+        .connect_in::<MemoryRegion>(&foreign, &support::config(), b"", deadline())
+        .err()
+        .expect("a PD on another context is refused");
+    println!("{err}");
+    assert!(
+        err.to_string().contains("pd() of an earlier connection"),
+        "{err}"
+    );
+
+    let mut src = MemoryRegion::new(&pd, 64).unwrap();
+    src.write_at(0, b"AAAABBBB").unwrap();
+    let mut conns: Vec<CmConnection<MemoryRegion>> = vec![first
+        .connect_in(&pd, &support::config(), b"", deadline())
+        .unwrap()];
+    let second = cm::resolve(addr, deadline()).unwrap();
+    conns.push(
+        second
+            .connect_in(&pd, &support::config(), b"", deadline())
+            .unwrap(),
+    );
+    let region = cm::decode_regions(conns[1].peer_private_data()).unwrap()[0];
+    for (i, conn) in conns.iter_mut().enumerate() {
+        // Connection i writes bytes 4i..4i+4 from the one shared region.
+        let dst = RemoteSlice::new(&region, 4 * i as u64, 4).unwrap();
+        let local = Local::range(src, 4 * i, 4).unwrap();
+        conn.post_send(SendRequest::new(SendOp::Write(dst), local))
+            .map_err(|e| e.error)
+            .unwrap();
+        let mut c = conn.wait_one(support::deadline()).unwrap();
+        c.result().unwrap();
+        src = c.take_buf().unwrap();
+    }
+    for conn in &mut conns {
+        conn.disconnect().unwrap();
+    }
+    server.join().unwrap();
+}
+
 #[test]
 fn connecting_where_nobody_listens_fails_in_time_and_names_the_event() {
     let Some(ctx) = support::test_context("rdma_cm nobody listens") else {
