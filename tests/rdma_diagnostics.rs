@@ -2,13 +2,11 @@
 //! CI): `devinfo` shows the GID table, `doctor` passes on a healthy device
 //! and fails, naming the cause, where the primer's pitfalls are staged.
 //!
-//! The examples must be built: a plain `cargo test` builds them, but a
-//! filtered `cargo test --test rdma_diagnostics` does not (run
-//! `cargo build --examples` first).
+//! The examples must be built: a plain `cargo test` builds them (see
+//! `support::example`).
 
 mod support;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use verbs::device::LinkLayer;
@@ -18,42 +16,12 @@ use verbs::Context;
 /// Linux's capability number of CAP_IPC_LOCK.
 const CAP_IPC_LOCK: u32 = 14;
 
-/// target/<profile>/deps/rdma_diagnostics-HASH -> target/<profile>/examples/NAME.
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let profile = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("the test binary lives in target/<profile>/deps");
-    let path = profile.join("examples").join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: run `cargo build --examples` (a filtered `cargo test --test \
-         rdma_diagnostics` does not build examples)",
-        path.display()
-    );
-    path
-}
-
-/// Runs `cmd`, shows its output (visible with --nocapture or on failure),
-/// and returns whether it succeeded and its stdout.
-fn run(cmd: &mut Command) -> (bool, String) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    println!(
-        "$ {cmd:?}\n{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("-> {}", out.status);
-    (out.status.success(), stdout)
-}
-
 fn doctor(ctx: &Context, extra: &[&str]) -> (bool, String) {
-    run(Command::new(example("doctor"))
-        .args(["--dev", ctx.name()])
-        .args(extra))
+    support::run(
+        Command::new(support::example("doctor"))
+            .args(["--dev", ctx.name()])
+            .args(extra),
+    )
 }
 
 /// The doctor line of `check`, e.g. `[FAIL] memlock: ...` (tags are padded).
@@ -73,7 +41,7 @@ fn devinfo_lists_the_device_and_its_gid_table() {
         return;
     };
     let name = ctx.name();
-    let (ok, out) = run(Command::new(example("devinfo")).args(["--dev", name]));
+    let (ok, out) = support::run(Command::new(support::example("devinfo")).args(["--dev", name]));
     assert!(ok, "devinfo failed");
     assert!(
         out.lines()
@@ -154,8 +122,9 @@ fn doctor_fails_the_memlock_check_under_a_low_limit() {
             "--",
         ]);
     }
-    cmd.arg(example("doctor")).args(["--dev", ctx.name()]);
-    let (ok, out) = run(&mut cmd);
+    cmd.arg(support::example("doctor"))
+        .args(["--dev", ctx.name()]);
+    let (ok, out) = support::run(&mut cmd);
     assert!(!ok, "doctor must exit non-zero");
     let memlock = line(&out, "memlock");
     assert!(memlock.starts_with("[FAIL]"), "{memlock}");

@@ -15,7 +15,7 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 /// Every child must be done by then (a TCG guest is slow; the programs'
 /// own waits are at most 60 s).
@@ -193,58 +193,6 @@ const WATCHED: &[&str] = &["[server] t=", ": 'Hello, RDMA from client at PID "];
 const AFTER: &[&str] = &["[server] after:   'Hello, RDMA from client at PID "];
 const READ_BACK: &[&str] = &["[client] RDMA Read got: 'Hello, RDMA from client at PID "];
 
-/// target/<profile>/examples/hello_write, next to this test binary
-/// (target/<profile>/deps/rdma_hello_write-HASH).
-fn example_binary() -> PathBuf {
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .unwrap_or_else(|| panic!("unexpected test binary location {}", exe.display()));
-    let bin = profile_dir
-        .join("examples")
-        .join(format!("hello_write{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        bin.is_file(),
-        "the example binary {} does not exist: build it first with \
-         `cargo build --example hello_write` (a plain `cargo test` builds it; \
-         `cargo test --test rdma_hello_write` alone does not)",
-        bin.display()
-    );
-    refuse_stale(&bin);
-    bin
-}
-
-/// Fails if a source the example was built from (per its dep-info file) is
-/// newer than the binary: the test would judge old code.
-fn refuse_stale(bin: &Path) {
-    let Ok(depinfo) = std::fs::read_to_string(bin.with_extension("d")) else {
-        return;
-    };
-    let Ok(built) = std::fs::metadata(bin).and_then(|m| m.modified()) else {
-        return;
-    };
-    let Some((_, deps)) = depinfo.lines().next().and_then(|l| l.split_once(": ")) else {
-        return;
-    };
-    // Paths are separated by spaces; a space inside a path is "\ ".
-    let deps = deps.replace("\\ ", "\u{0}");
-    let newer: Vec<String> = deps
-        .split_whitespace()
-        .map(|p| p.replace('\u{0}', " "))
-        .filter(|p| {
-            std::fs::metadata(p)
-                .and_then(|m| m.modified())
-                .is_ok_and(|t: SystemTime| t > built)
-        })
-        .collect();
-    assert!(
-        newer.is_empty(),
-        "{} is older than {newer:?}: rebuild it (`cargo build --example hello_write`)",
-        bin.display()
-    );
-}
-
 /// The device under test and the GID index the crate chooses on it (what
 /// hello_write will use), for the C peer.
 fn device_and_gid(test: &str) -> Option<(String, u32)> {
@@ -303,7 +251,7 @@ fn loopback_in_one_process() {
     let Some((dev, _)) = device_and_gid("hello_write loopback") else {
         return;
     };
-    let example = example_binary();
+    let example = support::example("hello_write");
     let run = Running::spawn("hello_write", Command::new(&example).args(["--dev", &dev]));
     let outcomes = finish(vec![run]);
     require_success("hello_write (loopback)", &outcomes);
@@ -322,7 +270,7 @@ fn loopback_over_rdma_cm() {
     let Some((dev, _)) = device_and_gid("hello_write --cm loopback") else {
         return;
     };
-    let example = example_binary();
+    let example = support::example("hello_write");
     let port = free_port().to_string();
     let run = Running::spawn(
         "hello_write --cm",
@@ -342,7 +290,7 @@ fn our_client_against_c_server() {
     let Some((dev, gid)) = device_and_gid("hello_write client vs C server") else {
         return;
     };
-    let example = example_binary();
+    let example = support::example("hello_write");
     let (_dir, peer) = build_peer("server");
     let port = free_port().to_string();
     let server = Running::spawn(
@@ -379,7 +327,7 @@ fn c_client_against_our_server() {
     let Some((dev, gid)) = device_and_gid("C client vs hello_write server") else {
         return;
     };
-    let example = example_binary();
+    let example = support::example("hello_write");
     let (_dir, peer) = build_peer("client");
     let port = free_port().to_string();
     let server = Running::spawn(

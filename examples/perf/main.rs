@@ -11,11 +11,12 @@
 //! Modules: [`opts`] (command line), [`side`] (a side's queue pairs and
 //! memory) and [`loops`] (the measured loops; both shared with
 //! `tests/rdma_zero_alloc.rs`), [`clock`] (timestamps), [`report`]
-//! (figures and output), [`remote`] (two hosts).
+//! (figures and output), [`remote`] (two hosts), [`rdma_cm`] (`-R`).
 
 mod clock;
 mod loops;
 mod opts;
+mod rdma_cm;
 mod remote;
 mod report;
 mod side;
@@ -64,11 +65,9 @@ fn main() -> ExitCode {
     }
 }
 
-/// Opens the device and builds one side's resources.
-pub fn open(opts: &Opts) -> Result<(Context, ProtectionDomain, Setup), BoxError> {
-    let ctx = Context::open(opts.dev.as_deref())?;
-    let pd = ProtectionDomain::new(&ctx)?;
-    let setup = Setup {
+/// How one side's resources are built, from the command line.
+pub fn setup(opts: &Opts) -> Result<Setup, BoxError> {
+    Ok(Setup {
         test: opts.test,
         qps: opts.qps,
         max_size: opts.sizes().into_iter().max().unwrap_or(2),
@@ -83,8 +82,12 @@ pub fn open(opts: &Opts) -> Result<(Context, ProtectionDomain, Setup), BoxError>
             None => Mtu::MTU_4096,
         },
         buf_mem: opts.buf_mem_mib.max(1) << 20,
-    };
-    Ok((ctx, pd, setup))
+    })
+}
+
+/// Opens the device (`-d`) and allocates a protection domain on it.
+pub fn open(opts: &Opts) -> Result<ProtectionDomain, BoxError> {
+    Ok(ProtectionDomain::new(&Context::open(opts.dev.as_deref())?)?)
 }
 
 /// The knobs of one size's run on one side.
@@ -108,20 +111,24 @@ pub fn params(opts: &Opts, side: &Side, size: usize, initiator: bool, clock: &Cl
 /// Both sides in this process: two sets of QPs on one device, connected
 /// to each other; the passive side's loop (if it has one) on a thread.
 fn loopback(opts: &Opts, clock: &Clock) -> Result<(), BoxError> {
-    let (ctx, pd, setup) = open(opts)?;
-    let mut a = Side::new(&pd, &setup)?;
-    let mut b = Side::new(&pd, &setup)?;
-    let (ea, eb) = (a.endpoints(), b.endpoints());
-    let mtu = a.connect(&eb)?;
-    b.connect(&ea)?;
-    let mut out = Output::new(
-        opts,
-        &ctx,
-        &a,
-        mtu,
-        clock,
-        "loopback (two QPs on one device, one process)",
-    );
+    let setup = setup(opts)?;
+    let (mut a, mut b, mode) = if opts.rdma_cm {
+        let (a, b) = rdma_cm::loopback(opts, &setup)?;
+        (
+            a,
+            b,
+            "loopback over rdma_cm (two QPs on one device, one process)",
+        )
+    } else {
+        let pd = open(opts)?;
+        let mut a = Side::new(&pd, &setup)?;
+        let mut b = Side::new(&pd, &setup)?;
+        let (ea, eb) = (a.endpoints(), b.endpoints());
+        a.connect(&eb)?;
+        b.connect(&ea)?;
+        (a, b, "loopback (two QPs on one device, one process)")
+    };
+    let mut out = Output::new(opts, &a, clock, mode)?;
     for size in opts.sizes() {
         let pa = params(opts, &a, size, true, clock);
         let pb = params(opts, &b, size, false, clock);
@@ -169,13 +176,12 @@ pub struct Output<'a> {
 impl<'a> Output<'a> {
     pub fn new(
         opts: &'a Opts,
-        ctx: &Context,
         side: &Side,
-        mtu: Mtu,
         clock: &'a Clock,
         mode: &str,
-    ) -> Output<'a> {
+    ) -> Result<Output<'a>, BoxError> {
         let qp = &side.lanes[0].qp;
+        let mtu = qp.query_path_mtu()?;
         let link = match qp.port().link_layer() {
             verbs::device::LinkLayer::ETHERNET => "Ethernet",
             _ => "IB",
@@ -190,7 +196,7 @@ impl<'a> Output<'a> {
         };
         let mut info: Vec<(&'static str, Json)> = vec![
             ("test", Json::Str(perftest_name(opts.test).into())),
-            ("Device", Json::Str(ctx.name().into())),
+            ("Device", Json::Str(qp.pd().context().name().into())),
             ("Number_of_qps", Json::Int(opts.qps as u64)),
             ("Connection_type", Json::Str("RC".into())),
             ("TX_depth", Json::Int(u64::from(opts.tx_depth()))),
@@ -206,20 +212,24 @@ impl<'a> Output<'a> {
             ("Link_type", Json::Str(link.into())),
             (
                 "GID_index",
-                gid.map_or(Json::Str("none".into()), |g| Json::Int(g.into())),
+                match gid {
+                    _ if opts.rdma_cm => Json::Str("chosen by rdma_cm".into()),
+                    Some(g) => Json::Int(g.into()),
+                    None => Json::Str("none".into()),
+                },
             ),
             ("Max_inline_data", Json::Int(inline.into())),
             ("mode", Json::Str(mode.into())),
             ("wait", Json::Str(wait.into())),
             ("clock", Json::Str(clock.source())),
         ]);
-        Output {
+        Ok(Output {
             opts,
             clock,
             info,
             results: Vec::new(),
             header_done: false,
-        }
+        })
     }
 
     /// Says so when buffer memory kept fewer requests in flight than asked.

@@ -11,7 +11,11 @@ usage: perf TEST [OPTIONS] [server | client HOST]
   -i, --ib-port N         port (default 1)
   -x, --gid-index N       GID index (default: chosen, RoCE v2 IPv4-mapped first)
   -m, --mtu BYTES         largest path MTU (default: the port's)
-  -p, --port N            TCP port of the endpoint exchange (default 18515)
+  -p, --port N            TCP port of the endpoint exchange, and the rdma_cm
+                          port with -R (default 18515)
+  -R, --rdma_cm           connect the queue pairs with rdma_cm (build with
+                          --features rdmacm): it finds GID, MTU and port by
+                          address; HOST must be the server's RDMA address
   -s, --size BYTES        message size (default 2 lat, 65536 bw, 8 atomic)
   -a, --all               sweep sizes 2 B .. 8 MiB, powers of two
   -n, --iters N           iterations (default 1000; 5000 for write_bw)
@@ -66,6 +70,7 @@ pub struct Opts {
     pub busy_poll: bool,
     pub buf_mem_mib: usize,
     pub json: bool,
+    pub rdma_cm: bool,
 }
 
 /// Largest size of the `-a` sweep (perftest's 8 MiB).
@@ -103,6 +108,7 @@ impl Opts {
             busy_poll: false,
             buf_mem_mib: 64,
             json: false,
+            rdma_cm: false,
         };
         while let Some(arg) = it.next() {
             // `--name=value` or `--name value` / `-x value`.
@@ -136,6 +142,7 @@ impl Opts {
                 "--busy-poll" => o.busy_poll = true,
                 "--buf-mem" => o.buf_mem_mib = num(name, &value()?)?,
                 "--json" => o.json = true,
+                "-R" | "--rdma_cm" => o.rdma_cm = true,
                 "-h" | "--help" => return Err(String::new()),
                 other => return Err(format!("unexpected argument {other:?}")),
             }
@@ -166,6 +173,11 @@ impl Opts {
         }
         if self.tx_depth == Some(0) || self.cq_mod == Some(0) || self.rx_depth == 0 {
             return Err("-t, -Q and -r must be at least 1".into());
+        }
+        if self.rdma_cm && (self.gid_index.is_some() || self.ib_port != 1) {
+            return Err(
+                "-R: rdma_cm chooses the GID and port from the address (drop -x, -i)".into(),
+            );
         }
         if self.post_list > self.tx_depth() {
             return Err("-l above the tx depth: a chain could never be posted".into());
@@ -241,7 +253,7 @@ impl Opts {
     /// What both sides of a two-host run must agree on.
     pub fn fingerprint(&self) -> String {
         format!(
-            "perf/1 {} sizes={:?} iters={} tx={} rx={} inline={} cq={:?} list={} qps={}",
+            "perf/1 {} sizes={:?} iters={} tx={} rx={} inline={} cq={:?} list={} qps={} cm={}",
             self.test.name(),
             self.sizes(),
             self.iters(),
@@ -250,7 +262,8 @@ impl Opts {
             self.inline_request(),
             self.cq_mod,
             self.post_list,
-            self.qps
+            self.qps,
+            self.rdma_cm
         )
     }
 }

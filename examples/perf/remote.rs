@@ -1,7 +1,9 @@
-//! Two hosts: `perf TEST server` and `perf TEST client HOST`, connected
-//! with the crate's TCP endpoint exchange. The client is the initiator
-//! (and the bandwidth sender); both sides print latency results, the
-//! client prints bandwidth results.
+//! Two hosts: `perf TEST server` and `perf TEST client HOST`. A TCP
+//! connection checks both run the same options and carries the barriers
+//! between sizes; the queue pairs are connected with the crate's endpoint
+//! exchange over it, or by rdma_cm with `-R`. The client is the initiator
+//! (and the bandwidth sender); both sides print write_lat and send_lat
+//! results, the client all others.
 
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
@@ -12,7 +14,7 @@ use super::clock::Clock;
 use super::loops;
 use super::opts::Opts;
 use super::side::Side;
-use super::{open, params, BoxError, Output};
+use super::{open, params, rdma_cm, setup, BoxError, Output};
 
 /// Time for the peer to show up and for connection set-up.
 const SETUP: Duration = Duration::from_secs(120);
@@ -22,9 +24,13 @@ const RUN: Duration = Duration::from_secs(3600);
 
 /// Runs this side; `host` is the server's address for a client.
 pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxError> {
-    let (ctx, pd, setup) = open(opts)?;
-    let mut side = Side::new(&pd, &setup)?;
+    let setup = setup(opts)?;
     let deadline = Instant::now() + SETUP;
+    // Listening before the client learns (from the TCP handshake) to connect.
+    let cm_listener = match (opts.rdma_cm, host) {
+        (true, None) => Some(rdma_cm::Listener::bind(opts)?),
+        _ => None,
+    };
     let session = match host {
         Some(h) => exchange::connect((h, opts.tcp_port), deadline)?,
         None => {
@@ -34,15 +40,25 @@ pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxErro
         }
     };
     let mut session = agree(session, &opts.fingerprint(), deadline)?;
-    let mut peers = Vec::new();
-    for ep in side.endpoints() {
-        peers.push(session.exchange(&ep, deadline)?);
-    }
-    let mtu = side.connect(&peers)?;
+    let mut side = match (&cm_listener, host) {
+        (Some(l), _) => l.accept(opts, &setup)?,
+        (None, Some(h)) if opts.rdma_cm => rdma_cm::connect(opts, &setup, h)?,
+        _ => {
+            let mut side = Side::new(&open(opts)?, &setup)?;
+            let mut peers = Vec::new();
+            for ep in side.endpoints() {
+                peers.push(session.exchange(&ep, deadline)?);
+            }
+            side.connect(&peers)?;
+            side
+        }
+    };
     let initiator = host.is_some();
     let mode = if initiator { "client" } else { "server" };
-    let mut out = Output::new(opts, &ctx, &side, mtu, clock, mode);
-    let reports = opts.test.is_latency() || initiator;
+    let mut out = Output::new(opts, &side, clock, mode)?;
+    // The ping-pong latency tests measure on both sides; in the others
+    // only the initiator does (the passive side's NIC answers for it).
+    let reports = initiator || (opts.test.is_latency() && opts.test.peer_is_active());
     for size in opts.sizes() {
         let p = params(opts, &side, size, initiator, clock);
         side.prepare(&p)?;

@@ -5,6 +5,8 @@
 //!
 //! Included by `tests/rdma_zero_alloc.rs` too.
 
+use std::ops::{Deref, DerefMut};
+
 use verbs::{
     Arena, ArenaBuf, ArenaConfig, ConnectOptions, Endpoint, Error, MemoryRegion, Mtu,
     ProtectionDomain, QpConfig, QueuePair, RemoteRegion, RemoteSlice,
@@ -44,10 +46,43 @@ pub struct Setup {
     pub buf_mem: usize,
 }
 
+/// A lane's queue pair: connected through the endpoint exchange, or owned
+/// by its rdma_cm connection (`-R`). Either way it is the queue pair.
+pub enum Link {
+    /// Created here, connected with [`Side::connect`].
+    Verbs(Qp),
+    /// Created and connected by rdma_cm.
+    #[cfg(feature = "rdmacm")]
+    Cm(verbs::cm::CmConnection<ArenaBuf>),
+}
+
+impl Deref for Link {
+    type Target = Qp;
+    #[inline]
+    fn deref(&self) -> &Qp {
+        match self {
+            Link::Verbs(qp) => qp,
+            #[cfg(feature = "rdmacm")]
+            Link::Cm(conn) => conn,
+        }
+    }
+}
+
+impl DerefMut for Link {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Qp {
+        match self {
+            Link::Verbs(qp) => qp,
+            #[cfg(feature = "rdmacm")]
+            Link::Cm(conn) => conn,
+        }
+    }
+}
+
 /// One queue pair with the local buffers only it posts.
 pub struct Lane {
     /// The queue pair.
-    pub qp: Qp,
+    pub qp: Link,
     pub(crate) peer: Option<RemoteRegion>,
     /// Free buffers for send-queue requests.
     pub(crate) sends: Vec<ArenaBuf>,
@@ -97,40 +132,17 @@ pub struct Side {
 impl Side {
     /// Creates the queue pairs (in INIT), the inbox and the buffer arena.
     pub fn new(pd: &ProtectionDomain, s: &Setup) -> Result<Side, Error> {
-        let list = s.post_list.max(1);
-        let config = QpConfig {
-            port: s.port,
-            gid_index: s.gid_index,
-            // Twice the in-flight window: the crate signals a request by
-            // itself once unsignaled ones fill half the send queue, which
-            // must never pre-empt our own every-cq_mod-th signaling.
-            max_send_wr: 2 * (s.tx_depth.max(1) + list) + 2,
-            max_recv_wr: if s.test.is_send() {
-                s.rx_depth.max(1)
-            } else {
-                1
-            },
-            max_sge: 1,
-            max_inline_data: s.inline,
-            remote_access: s.test.remote_access(),
-            max_mtu: s.mtu,
-            events: false,
-        };
-        let config = with_inline_the_device_takes(pd, config)?;
-        let lanes = (0..s.qps.max(1))
-            .map(|_| {
-                Ok(Lane {
-                    qp: QueuePair::new(pd, &config)?,
-                    peer: None,
-                    sends: Vec::new(),
-                    recvs: Vec::new(),
-                    posted: 0,
-                    done: 0,
-                    recv_posted: 0,
-                    received: 0,
-                })
-            })
-            .collect::<Result<Vec<_>, Error>>()?;
+        let mut side = Side::without_qps(pd, s)?;
+        let config = qp_config(pd, s)?;
+        for _ in 0..s.qps.max(1) {
+            side.add_lane(Link::Verbs(QueuePair::new(pd, &config)?), None);
+        }
+        Ok(side)
+    }
+
+    /// The inbox and the buffer arena; the queue pairs come with
+    /// [`Side::add_lane`] (rdma_cm creates them as it connects).
+    pub fn without_qps(pd: &ProtectionDomain, s: &Setup) -> Result<Side, Error> {
         let inbox = MemoryRegion::with_access(pd, s.max_size.max(8), s.test.remote_access())?;
         let per_lane = (s.tx_depth.max(1) + s.rx_depth) as usize;
         let want = s.qps.max(1) * per_lane * slot(s.max_size);
@@ -143,7 +155,7 @@ impl Side {
             },
         )?;
         Ok(Side {
-            lanes,
+            lanes: Vec::with_capacity(s.qps.max(1)),
             inbox,
             stamps: Stamps::default(),
             arena,
@@ -151,6 +163,20 @@ impl Side {
             depth: 0,
             buf_mem: s.buf_mem,
         })
+    }
+
+    /// Adds a queue pair; `peer` is the peer's inbox if already known.
+    pub fn add_lane(&mut self, qp: Link, peer: Option<RemoteRegion>) {
+        self.lanes.push(Lane {
+            qp,
+            peer,
+            sends: Vec::new(),
+            recvs: Vec::new(),
+            posted: 0,
+            done: 0,
+            recv_posted: 0,
+            received: 0,
+        });
     }
 
     /// This side's endpoints (one per QP), each sharing the inbox.
@@ -165,21 +191,19 @@ impl Side {
             .collect()
     }
 
-    /// Connects QP i to the peer's endpoint i; returns the path MTU.
-    pub fn connect(&mut self, peers: &[Endpoint]) -> Result<Mtu, Error> {
+    /// Connects QP i to the peer's endpoint i.
+    pub fn connect(&mut self, peers: &[Endpoint]) -> Result<(), Error> {
         if peers.len() != self.lanes.len() {
             return Err(Error::invalid(
                 "perf connect",
                 "the peer has another number of QPs",
             ));
         }
-        let mut mtu = Mtu::MTU_4096;
         for (lane, peer) in self.lanes.iter_mut().zip(peers) {
-            let path = lane.qp.connect_with(peer, &ConnectOptions::default())?;
-            mtu = path.path_mtu;
+            lane.qp.connect_with(peer, &ConnectOptions::default())?;
             lane.peer = peer.regions.first().copied();
         }
-        Ok(mtu)
+        Ok(())
     }
 
     /// Requests in flight per QP the last [`Side::prepare`] allowed (the
@@ -251,6 +275,31 @@ impl Side {
         self.stamps.completed.reserve(total + 1);
         Ok(())
     }
+}
+
+/// The queue pairs' configuration for `s`, with an inline size the
+/// device takes.
+pub fn qp_config(pd: &ProtectionDomain, s: &Setup) -> Result<QpConfig, Error> {
+    let list = s.post_list.max(1);
+    let config = QpConfig {
+        port: s.port,
+        gid_index: s.gid_index,
+        // Twice the in-flight window: the crate signals a request by
+        // itself once unsignaled ones fill half the send queue, which
+        // must never pre-empt our own every-cq_mod-th signaling.
+        max_send_wr: 2 * (s.tx_depth.max(1) + list) + 2,
+        max_recv_wr: if s.test.is_send() {
+            s.rx_depth.max(1)
+        } else {
+            1
+        },
+        max_sge: 1,
+        max_inline_data: s.inline,
+        remote_access: s.test.remote_access(),
+        max_mtu: s.mtu,
+        events: false,
+    };
+    with_inline_the_device_takes(pd, config)
 }
 
 /// `config`, with its inline size halved until the device creates the QP:

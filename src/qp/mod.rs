@@ -285,18 +285,23 @@ impl<B: LocalBuf> QueuePair<B> {
 
     /// The state the device reports (`ibv_query_qp`), e.g. ERR after a failure.
     pub fn query_state(&self) -> Result<QpState, Error> {
+        Ok(self.query(sys::ibv_qp_attr_mask::STATE)?.qp_state)
+    }
+
+    /// The path MTU the device reports: what the connection settled on,
+    /// whoever connected the QP (this crate or rdma_cm).
+    pub fn query_path_mtu(&self) -> Result<Mtu, Error> {
+        Ok(Mtu(self.query(sys::ibv_qp_attr_mask::PATH_MTU)?.path_mtu.0))
+    }
+
+    fn query(&self, mask: sys::ibv_qp_attr_mask) -> Result<sys::ibv_qp_attr, Error> {
         let mut attr = sys::ibv_qp_attr::zeroed();
         let mut init = sys::ibv_qp_init_attr::zeroed();
         // SAFETY: live QP; valid out-pointers.
         check_rc("ibv_query_qp", unsafe {
-            sys::ibv_query_qp(
-                self.qp.as_ptr(),
-                &mut attr,
-                sys::ibv_qp_attr_mask::STATE.0 as i32,
-                &mut init,
-            )
+            sys::ibv_query_qp(self.qp.as_ptr(), &mut attr, mask.0 as i32, &mut init)
         })?;
-        Ok(attr.qp_state)
+        Ok(attr)
     }
 
     /// What the device granted: queue depths, SGEs, inline size.

@@ -7,7 +7,9 @@
 //! `skipped: no RDMA device` line and returns.
 #![allow(dead_code)]
 
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, SystemTime};
 
 use verbs::{Access, Context, Deadline, MemoryRegion, ProtectionDomain, QpConfig, QueuePair};
 
@@ -98,4 +100,72 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// The example binary `name` next to this test binary
+/// (target/<profile>/deps/TEST-HASH -> target/<profile>/examples/NAME).
+/// A plain `cargo test` builds the examples; a filtered
+/// `cargo test --test T` does not (run `cargo build --examples` first).
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| panic!("unexpected test binary location {}", exe.display()));
+    let bin = profile_dir
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.is_file(),
+        "the example binary {} does not exist: build it first with `cargo build --examples` \
+         (a plain `cargo test` builds it; `cargo test --test ...` alone does not)",
+        bin.display()
+    );
+    refuse_stale(&bin);
+    bin
+}
+
+/// Fails if a source the example was built from (per its dep-info file) is
+/// newer than the binary: the test would judge old code.
+fn refuse_stale(bin: &Path) {
+    let Ok(depinfo) = std::fs::read_to_string(bin.with_extension("d")) else {
+        return;
+    };
+    let Ok(built) = std::fs::metadata(bin).and_then(|m| m.modified()) else {
+        return;
+    };
+    let Some((_, deps)) = depinfo.lines().next().and_then(|l| l.split_once(": ")) else {
+        return;
+    };
+    // Paths are separated by spaces; a space inside a path is "\ ".
+    let deps = deps.replace("\\ ", "\u{0}");
+    let newer: Vec<String> = deps
+        .split_whitespace()
+        .map(|p| p.replace('\u{0}', " "))
+        .filter(|p| {
+            std::fs::metadata(p)
+                .and_then(|m| m.modified())
+                .is_ok_and(|t: SystemTime| t > built)
+        })
+        .collect();
+    assert!(
+        newer.is_empty(),
+        "{} is older than {newer:?}: rebuild it (`cargo build --examples`)",
+        bin.display()
+    );
+}
+
+/// Runs `cmd`, shows its output (visible with --nocapture or on failure),
+/// and returns whether it succeeded and its stdout.
+pub fn run(cmd: &mut Command) -> (bool, String) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!(
+        "$ {cmd:?}\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("-> {}", out.status);
+    (out.status.success(), stdout)
 }
