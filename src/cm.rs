@@ -325,6 +325,63 @@ fn pd_for(id: &CmId, pd: &ProtectionDomain) -> Result<ProtectionDomain, Error> {
     Ok(pd.clone())
 }
 
+/// Which end of the connection: the active one connects, the passive
+/// one accepts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Active,
+    Passive,
+}
+
+/// What connect and accept share: the QP in `pd`, `rdma_connect` or
+/// `rdma_accept` with `private_data`, then ESTABLISHED and RTS. The
+/// connection's peer private data is the ESTABLISHED event's.
+fn establish<B: LocalBuf>(
+    id: Arc<CmId>,
+    pd: &ProtectionDomain,
+    config: &QpConfig,
+    private_data: &[u8],
+    side: Side,
+    deadline: Deadline,
+) -> Result<CmConnection<B>, Error> {
+    let (call, max) = match side {
+        Side::Active => ("rdma_connect", MAX_CONNECT_PRIVATE_DATA),
+        Side::Passive => ("rdma_accept", MAX_ACCEPT_PRIVATE_DATA),
+    };
+    if private_data.len() > max {
+        return Err(Error::invalid(call, "private data too long").with_detail(
+            "at most 56 bytes in a connect request, 196 in an accept (RC, RDMA_PS_TCP)",
+        ));
+    }
+    let pd = pd_for(&id, pd)?;
+    let mut qp = qp_on::<B>(&id, &pd, config)?;
+    let dev = pd.context().query_device()?;
+    // Both the reads this end may have outstanding and those it serves.
+    let rd = dev.max_qp_rd_atom().min(dev.max_qp_init_rd_atom());
+    let mut param = conn_param(private_data, rd.clamp(1, 16));
+    // SAFETY: live id with a QP; `param` and its private data outlive the call.
+    let rc = unsafe {
+        match side {
+            Side::Active => cm::rdma_connect(id.ptr.as_ptr(), &mut param),
+            Side::Passive => cm::rdma_accept(id.ptr.as_ptr(), &mut param),
+        }
+    };
+    check_rc(call, rc)?;
+    let what = match side {
+        Side::Active => "rdma_cm: connect",
+        Side::Passive => "rdma_cm: accept",
+    };
+    let ev = id.channel.expect(Ev::ESTABLISHED, what, deadline)?;
+    qp.set_state(QpState::RTS);
+    Ok(CmConnection {
+        qp,
+        pd,
+        id,
+        peer_private_data: ev.private,
+        connected: true,
+    })
+}
+
 fn conn_param(private: &[u8], rd_atomic: u8) -> cm::rdma_conn_param {
     cm::rdma_conn_param {
         private_data: if private.is_empty() {
@@ -455,29 +512,7 @@ impl CmResolved {
         private_data: &[u8],
         deadline: Deadline,
     ) -> Result<CmConnection<B>, Error> {
-        if private_data.len() > MAX_CONNECT_PRIVATE_DATA {
-            return Err(Error::invalid("rdma_connect", "private data over 56 bytes"));
-        }
-        let id = self.id;
-        let pd = pd_for(&id, pd)?;
-        let mut qp = qp_on::<B>(&id, &pd, config)?;
-        let rd = pd.context().query_device()?.max_qp_rd_atom().clamp(1, 16);
-        let mut param = conn_param(private_data, rd);
-        // SAFETY: live id with a QP; `param` and its private data outlive the call.
-        check_rc("rdma_connect", unsafe {
-            cm::rdma_connect(id.ptr.as_ptr(), &mut param)
-        })?;
-        let ev = id
-            .channel
-            .expect(Ev::ESTABLISHED, "rdma_cm: connect", deadline)?;
-        qp.set_state(QpState::RTS);
-        Ok(CmConnection {
-            qp,
-            pd,
-            id,
-            peer_private_data: ev.private,
-            connected: true,
-        })
+        establish(self.id, pd, config, private_data, Side::Active, deadline)
     }
 }
 
@@ -607,36 +642,9 @@ impl CmRequest {
         private_data: &[u8],
         deadline: Deadline,
     ) -> Result<CmConnection<B>, Error> {
-        if private_data.len() > MAX_ACCEPT_PRIVATE_DATA {
-            return Err(Error::invalid("rdma_accept", "private data over 196 bytes"));
-        }
-        let CmRequest {
-            id,
-            peer_private_data,
-            ..
-        } = self;
-        let pd = pd_for(&id, pd)?;
-        let mut qp = qp_on::<B>(&id, &pd, config)?;
-        let rd = pd
-            .context()
-            .query_device()?
-            .max_qp_init_rd_atom()
-            .clamp(1, 16);
-        let mut param = conn_param(private_data, rd);
-        // SAFETY: live id with a QP; `param` and its private data outlive the call.
-        check_rc("rdma_accept", unsafe {
-            cm::rdma_accept(id.ptr.as_ptr(), &mut param)
-        })?;
-        id.channel
-            .expect(Ev::ESTABLISHED, "rdma_cm: accept", deadline)?;
-        qp.set_state(QpState::RTS);
-        Ok(CmConnection {
-            qp,
-            pd,
-            id,
-            peer_private_data,
-            connected: true,
-        })
+        let mut conn = establish(self.id, pd, config, private_data, Side::Passive, deadline)?;
+        conn.peer_private_data = self.peer_private_data;
+        Ok(conn)
     }
 
     /// Refuses the request (the peer sees REJECTED).

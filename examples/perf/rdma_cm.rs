@@ -16,8 +16,8 @@ mod with_cm {
     use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
     use std::time::{Duration, Instant};
 
-    use verbs::cm::{self, CmListener};
-    use verbs::{Context, Deadline, Error, ProtectionDomain, QpConfig, RemoteRegion};
+    use verbs::cm::{self, CmConnection, CmListener};
+    use verbs::{ArenaBuf, Context, Deadline, Error, ProtectionDomain, QpConfig, RemoteRegion};
 
     use super::super::opts::Opts;
     use super::super::side::{qp_config, Link, Setup, Side};
@@ -81,19 +81,16 @@ mod with_cm {
         setup: &Setup,
         deadline: Instant,
     ) -> Result<Side, BoxError> {
-        let mut built: Option<(ProtectionDomain, QpConfig, Side)> = None;
-        for _ in 0..setup.qps.max(1) {
-            let req = listener.request(until(deadline))?;
-            let (pd, config, side) = match &mut built {
-                Some(b) => b,
-                None => built.insert(first_of_side(req.pd(), opts, setup)?),
-            };
-            let peer = inbox_of(req.peer_private_data())?;
-            let private = cm::encode_regions(side.inbox.remote().as_slice());
-            let conn = req.accept_in(pd, config, &private, until(deadline))?;
-            side.add_lane(Link::Cm(conn), peer);
-        }
-        Ok(built.ok_or("-R: no connection")?.2)
+        side_of(
+            opts,
+            setup,
+            || Ok(listener.request(until(deadline))?),
+            |req| req.pd(),
+            |req, pd, config, inbox| {
+                let peer = inbox_of(req.peer_private_data())?;
+                Ok((req.accept_in(pd, config, inbox, until(deadline))?, peer))
+            },
+        )
     }
 
     fn connect_side(
@@ -102,20 +99,45 @@ mod with_cm {
         setup: &Setup,
         deadline: Instant,
     ) -> Result<Side, BoxError> {
+        side_of(
+            opts,
+            setup,
+            || Ok(cm::resolve(addr, until(deadline))?),
+            |resolved| resolved.pd(),
+            |resolved, pd, config, inbox| {
+                let conn = resolved.connect_in(pd, config, inbox, until(deadline))?;
+                let peer = inbox_of(conn.peer_private_data())?;
+                Ok((conn, peer))
+            },
+        )
+    }
+
+    /// A side of `setup.qps` connections: `next` waits for the next one
+    /// (a connect request, a resolved route), `join` connects it in the
+    /// side's PD, sending this side's inbox, and names the peer's.
+    fn side_of<P>(
+        opts: &Opts,
+        setup: &Setup,
+        mut next: impl FnMut() -> Result<P, BoxError>,
+        pd_of: impl Fn(&P) -> &ProtectionDomain,
+        mut join: impl FnMut(P, &ProtectionDomain, &QpConfig, &[u8]) -> Result<Joined, BoxError>,
+    ) -> Result<Side, BoxError> {
         let mut built: Option<(ProtectionDomain, QpConfig, Side)> = None;
         for _ in 0..setup.qps.max(1) {
-            let resolved = cm::resolve(addr, until(deadline))?;
+            let pending = next()?;
             let (pd, config, side) = match &mut built {
                 Some(b) => b,
-                None => built.insert(first_of_side(resolved.pd(), opts, setup)?),
+                None => built.insert(first_of_side(pd_of(&pending), opts, setup)?),
             };
-            let private = cm::encode_regions(side.inbox.remote().as_slice());
-            let conn = resolved.connect_in(pd, config, &private, until(deadline))?;
-            let peer = inbox_of(conn.peer_private_data())?;
+            let inbox = cm::encode_regions(side.inbox.remote().as_slice());
+            let (conn, peer) = join(pending, pd, config, &inbox)?;
             side.add_lane(Link::Cm(conn), peer);
         }
         Ok(built.ok_or("-R: no connection")?.2)
     }
+
+    /// A connection and the peer's inbox.
+    type Joined = (CmConnection<ArenaBuf>, Option<RemoteRegion>);
 
     /// The side's PD (the first connection's), QP configuration and memory.
     fn first_of_side(
