@@ -117,7 +117,7 @@ fn loopback(opts: &Opts, clock: &Clock) -> Result<(), BoxError> {
         (
             a,
             b,
-            "loopback over rdma_cm (two QPs on one device, one process)",
+            "loopback over rdma_cm (both sides on one device, one process)",
         )
     } else {
         let pd = open(opts)?;
@@ -126,7 +126,7 @@ fn loopback(opts: &Opts, clock: &Clock) -> Result<(), BoxError> {
         let (ea, eb) = (a.endpoints(), b.endpoints());
         a.connect(&eb)?;
         b.connect(&ea)?;
-        (a, b, "loopback (two QPs on one device, one process)")
+        (a, b, "loopback (both sides on one device, one process)")
     };
     let mut out = Output::new(opts, &a, clock, mode)?;
     for size in opts.sizes() {
