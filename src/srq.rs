@@ -22,7 +22,7 @@ use crate::wr::{Local, RecvRequest, MAX_SGE};
 pub(crate) const SRQ_BIT: u64 = 1 << 61;
 
 /// A posted receive: the caller's tag and the buffers.
-type Posted<B> = (u64, [Option<Local<B>>; MAX_SGE]);
+type Posted<B> = (u64, [Option<B>; MAX_SGE]);
 
 /// A shared receive queue (`struct ibv_srq`).
 pub struct SharedReceiveQueue<B: LocalBuf> {
@@ -117,7 +117,7 @@ impl<B: LocalBuf> SharedReceiveQueue<B> {
             });
         }
         self.free.pop();
-        self.slots[slot as usize] = Some((req.tag, req.locals));
+        self.slots[slot as usize] = Some((req.tag, req.locals.map(|l| l.map(Local::into_buf))));
         Ok(())
     }
 
@@ -132,9 +132,9 @@ impl<B: LocalBuf> SharedReceiveQueue<B> {
         let slot = (id & 0xFFFF_FFFF) as usize;
         let generation = ((id >> 32) & 0x1FFF_FFFF) as u32;
         if slot < self.slots.len() && self.generation[slot] == generation {
-            if let Some((tag, locals)) = self.slots[slot].take() {
+            if let Some((tag, bufs)) = self.slots[slot].take() {
                 c.tag = tag;
-                c.locals = locals;
+                c.bufs = crate::qp::Bufs::new(bufs);
                 c.srq_wr_id = 0;
                 self.generation[slot] = (generation + 1) & 0x1FFF_FFFF;
                 self.free.push(slot as u32);

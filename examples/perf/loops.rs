@@ -224,14 +224,17 @@ fn reap(
         if let Err(e) = c.result() {
             failed.get_or_insert(e);
         }
-        let buf = c.take_buf();
-        if c.is_recv {
-            *received += 1;
-            recvs.extend(buf);
+        let (pool, count) = if c.is_recv {
+            (&mut *recvs, &mut *received)
         } else {
-            *done += 1;
+            (&mut *sends, &mut *done)
+        };
+        *count += 1;
+        if let Some(buf) = c.take_buf() {
+            pool.push(buf); // within the capacity reserved in `Side::prepare`
+        }
+        if !c.is_recv {
             *total += 1;
-            sends.extend(buf);
             if c.signaled {
                 if let Some(r) = record.as_mut() {
                     r.push((*total - 1, ticks()));

@@ -1,8 +1,13 @@
 //! The fixed-size table of requests in flight on one queue: a ring in post
 //! order, because a queue completes in post order (an unsignaled request is
 //! complete when a later one on the same queue completes).
+//!
+//! Slots are written and emptied in place: a request's buffers are moved in
+//! once when it is posted and out once when it completes, one buffer at a
+//! time (most requests have one), never the whole slot.
 
 use alloc::vec::Vec;
+use core::mem::ManuallyDrop;
 
 use crate::cq::{WcOpcode, WcStatus};
 use crate::wr::{Local, MAX_SGE};
@@ -10,17 +15,45 @@ use crate::wr::{Local, MAX_SGE};
 /// What the queue pair keeps of a posted request until it completes.
 pub(crate) struct Slot<B> {
     pub(crate) tag: u64,
-    pub(crate) locals: [Option<Local<B>>; MAX_SGE],
-    pub(crate) signaled: bool,
     /// The opcode a successful completion reports (for unsignaled requests,
     /// which get no completion entry of their own).
     pub(crate) opcode: WcOpcode,
+    pub(crate) signaled: bool,
+    /// How many of `bufs` (a prefix) hold buffers.
+    nbufs: u8,
+    /// All `None` while the slot is free.
+    bufs: [Option<B>; MAX_SGE],
 }
 
-/// A ring of `capacity` slots indexed by a monotonically increasing
-/// sequence number (the work request id).
+impl<B> Slot<B> {
+    /// Moves the buffers into `dst` (empty), leaving the slot free. The
+    /// common single buffer costs one move.
+    #[inline(always)]
+    pub(crate) fn take_bufs_into(&mut self, dst: &mut Bufs<B>) {
+        // Constant indices only, so that the completion can live in registers.
+        let n = self.nbufs;
+        let [d0, d1, d2, d3] = &mut *dst.0;
+        let [b0, b1, b2, b3] = &mut self.bufs;
+        *d0 = b0.take();
+        if n > 1 {
+            *d1 = b1.take();
+            if n > 2 {
+                *d2 = b2.take();
+                if n > 3 {
+                    *d3 = b3.take();
+                }
+            }
+        }
+    }
+}
+
+/// A ring of slots indexed by a monotonically increasing sequence number
+/// (the work request id), at most `capacity` of them in flight.
 pub(crate) struct InFlight<B> {
-    slots: Vec<Option<Slot<B>>>,
+    /// A power of two long, so a sequence number maps to a slot by a mask.
+    slots: Vec<Slot<B>>,
+    mask: u64,
+    capacity: u64,
     /// Sequence number of the oldest request in flight.
     head: u64,
     /// Sequence number the next request gets.
@@ -30,17 +63,27 @@ pub(crate) struct InFlight<B> {
 impl<B> InFlight<B> {
     /// A table for `capacity` requests, allocated once here (setup time).
     pub(crate) fn new(capacity: u32) -> InFlight<B> {
-        let mut slots = Vec::with_capacity(capacity as usize);
-        slots.resize_with(capacity.max(1) as usize, || None);
+        let capacity = capacity.max(1);
+        let len = capacity.next_power_of_two() as usize;
+        let mut slots = Vec::with_capacity(len);
+        slots.resize_with(len, || Slot {
+            tag: 0,
+            opcode: WcOpcode::SEND,
+            signaled: false,
+            nbufs: 0,
+            bufs: [None, None, None, None],
+        });
         InFlight {
             slots,
+            mask: len as u64 - 1,
+            capacity: u64::from(capacity),
             head: 0,
             tail: 0,
         }
     }
 
     pub(crate) fn capacity(&self) -> u64 {
-        self.slots.len() as u64
+        self.capacity
     }
 
     pub(crate) fn len(&self) -> u64 {
@@ -48,7 +91,7 @@ impl<B> InFlight<B> {
     }
 
     pub(crate) fn is_full(&self) -> bool {
-        self.len() >= self.capacity()
+        self.len() >= self.capacity
     }
 
     /// The sequence number the next pushed request will get.
@@ -56,13 +99,37 @@ impl<B> InFlight<B> {
         self.tail
     }
 
-    /// Records a posted request. The caller checked `!is_full()`.
-    #[inline]
-    pub(crate) fn push(&mut self, slot: Slot<B>) -> u64 {
+    /// Records a posted request and moves its buffers (a prefix of
+    /// `locals`, as the request types keep them) in, leaving `locals` empty.
+    /// The caller checked `!is_full()`.
+    #[inline(always)]
+    pub(crate) fn push(
+        &mut self,
+        tag: u64,
+        opcode: WcOpcode,
+        signaled: bool,
+        locals: &mut [Option<Local<B>>; MAX_SGE],
+    ) -> u64 {
         debug_assert!(!self.is_full());
         let seq = self.tail;
-        let i = (seq % self.capacity()) as usize;
-        self.slots[i] = Some(slot);
+        let slot = &mut self.slots[(seq & self.mask) as usize];
+        slot.tag = tag;
+        slot.opcode = opcode;
+        slot.signaled = signaled;
+        let mut n = 0;
+        // Taken by reference, as moving the request's array by value costs a
+        // copy of all of it; every entry is taken, so the caller's drop of
+        // the emptied array compiles to nothing.
+        for (i, (dst, src)) in slot.bufs.iter_mut().zip(locals.iter_mut()).enumerate() {
+            if let Some(local) = src.take() {
+                if let Some(stale) = dst.take() {
+                    drop_cold(stale); // never: a free slot holds no buffers
+                }
+                *dst = Some(local.buf);
+                n = i as u8 + 1;
+            }
+        }
+        slot.nbufs = n;
         self.tail += 1;
         seq
     }
@@ -72,16 +139,16 @@ impl<B> InFlight<B> {
         seq >= self.head && seq < self.tail
     }
 
-    /// Removes the oldest request.
+    /// Removes the oldest request; the caller takes its buffers out of the
+    /// slot (`Slot::take_bufs`) before the next push.
     #[inline]
-    pub(crate) fn pop(&mut self) -> Option<(u64, Slot<B>)> {
+    pub(crate) fn pop(&mut self) -> Option<(u64, &mut Slot<B>)> {
         if self.head == self.tail {
             return None;
         }
         let seq = self.head;
-        let i = (seq % self.capacity()) as usize;
         self.head += 1;
-        self.slots[i].take().map(|s| (seq, s))
+        Some((seq, &mut self.slots[(seq & self.mask) as usize]))
     }
 }
 
@@ -105,7 +172,9 @@ pub struct Completion<B> {
     pub signaled: bool,
     /// The provider's vendor error code.
     pub vendor_err: u32,
-    pub(crate) locals: [Option<Local<B>>; MAX_SGE],
+    /// The request's buffers in scatter/gather order (offsets and lengths
+    /// are not kept: they served the post).
+    pub(crate) bufs: Bufs<B>,
     /// For a receive on a shared receive queue: its id there (0 otherwise).
     pub(crate) srq_wr_id: u64,
 }
@@ -121,11 +190,17 @@ impl<B> Completion<B> {
 impl<B> Completion<B> {
     /// `Ok` on success, else the typed error with the primer's meaning;
     /// a flush error says it is the consequence of an earlier error.
+    #[inline]
     pub fn result(&self) -> Result<(), crate::error::Error> {
         if self.status == WcStatus::SUCCESS {
             return Ok(());
         }
-        Err(crate::error::Error::new(
+        Err(self.error())
+    }
+
+    #[cold]
+    fn error(&self) -> crate::error::Error {
+        crate::error::Error::new(
             if self.is_recv {
                 "receive completion"
             } else {
@@ -137,16 +212,58 @@ impl<B> Completion<B> {
                 wr_id: self.tag,
                 vendor_err: self.vendor_err,
             }),
-        ))
+        )
     }
 
     /// Takes the first buffer back (most requests have exactly one).
+    #[inline]
     pub fn take_buf(&mut self) -> Option<B> {
-        self.locals.iter_mut().find_map(|l| l.take()).map(|l| l.buf)
+        // Constant indices only, so that the completion can live in registers.
+        let [b0, b1, b2, b3] = &mut *self.bufs.0;
+        b0.take()
+            .or_else(|| b1.take())
+            .or_else(|| b2.take())
+            .or_else(|| b3.take())
     }
 
     /// All buffers back, in scatter/gather order.
-    pub fn into_bufs(self) -> impl Iterator<Item = B> {
-        self.locals.into_iter().flatten().map(|l| l.buf)
+    pub fn into_bufs(mut self) -> impl Iterator<Item = B> {
+        core::mem::take(&mut *self.bufs.0).into_iter().flatten()
     }
+}
+
+/// The buffers a completion returns. Its drop tests inline and frees out of
+/// line: the caller usually took every buffer, and an inlined destructor of
+/// a buffer type would keep the whole completion in memory instead of
+/// registers.
+pub(crate) struct Bufs<B>(ManuallyDrop<[Option<B>; MAX_SGE]>);
+
+impl<B> Bufs<B> {
+    #[inline(always)]
+    pub(crate) fn new(bufs: [Option<B>; MAX_SGE]) -> Bufs<B> {
+        Bufs(ManuallyDrop::new(bufs))
+    }
+}
+
+impl<B> Drop for Bufs<B> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        let [b0, b1, b2, b3] = &*self.0;
+        if b0.is_some() || b1.is_some() || b2.is_some() || b3.is_some() {
+            drop_cold(core::mem::take(&mut *self.0));
+        }
+    }
+}
+
+impl<B: core::fmt::Debug> core::fmt::Debug for Bufs<B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// Drops out of line, for buffers the data path only drops by exception.
+#[cold]
+#[inline(never)]
+fn drop_cold<T>(value: T) {
+    drop(value);
 }

@@ -10,6 +10,7 @@ mod post;
 use core::ptr::NonNull;
 
 pub use connect::{ConnectOptions, PathInfo};
+pub(crate) use inflight::Bufs;
 pub use inflight::Completion;
 pub use post::{PostError, MAX_CHAIN};
 

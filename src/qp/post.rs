@@ -4,14 +4,14 @@
 //! are built on the stack, the tables were sized at creation.
 #![allow(unsafe_code)]
 
-use crate::cq::{WcOpcode, WorkCompletion};
+use crate::cq::{WcOpcode, WcStatus, WorkCompletion};
 use crate::error::{Error, ErrorKind};
 use crate::memory::LocalBuf;
 use crate::sys::{self, ibv_send_flags as F, Zeroed};
 use crate::time::Deadline;
 use crate::wr::{Local, RecvRequest, SendOp, SendRequest, MAX_SGE};
 
-use super::inflight::{Completion, Slot};
+use super::inflight::{Bufs, Completion};
 use super::{QpState, QueuePair};
 
 /// Most requests posted with one doorbell by [`QueuePair::post_send_chain`].
@@ -42,24 +42,29 @@ impl<R> core::fmt::Display for PostError<R> {
     }
 }
 
-/// Scatter/gather entries of a request's local buffers.
+/// Scatter/gather entries of a request's local buffers (a prefix of
+/// `locals`, as the request types keep them): their count and total length.
 #[inline]
 fn fill_sges<B: LocalBuf>(
     locals: &[Option<Local<B>>; MAX_SGE],
     sges: &mut [sys::ibv_sge; MAX_SGE],
-) -> Result<i32, Error> {
+) -> Result<(i32, u64), Error> {
     let mut n = 0;
-    for l in locals.iter().flatten() {
-        let length = u32::try_from(l.len)
-            .map_err(|_| Error::invalid("post", "a scatter/gather entry over 4 GiB"))?;
-        sges[n] = sys::ibv_sge {
+    let mut total = 0;
+    for (sge, l) in sges.iter_mut().zip(locals) {
+        let Some(l) = l else { break };
+        let Ok(length) = u32::try_from(l.len) else {
+            return Err(Error::invalid("post", "a scatter/gather entry over 4 GiB"));
+        };
+        *sge = sys::ibv_sge {
             addr: l.buf.addr() + l.offset as u64,
             length,
             lkey: l.buf.lkey(),
         };
         n += 1;
+        total += u64::from(length);
     }
-    Ok(n as i32)
+    Ok((n, total))
 }
 
 fn expected_opcode(op: &SendOp) -> WcOpcode {
@@ -74,10 +79,10 @@ fn expected_opcode(op: &SendOp) -> WcOpcode {
 
 /// Fills `wr` for `op`, checking what the NIC would otherwise reject late.
 #[inline]
-fn fill_op(wr: &mut sys::ibv_send_wr, op: &SendOp, local_len: usize) -> Result<(), Error> {
+fn fill_op(wr: &mut sys::ibv_send_wr, op: &SendOp, local_len: u64) -> Result<(), Error> {
     use sys::ibv_wr_opcode as O;
     let rdma = |wr: &mut sys::ibv_send_wr, r: &crate::wr::RemoteSlice| -> Result<(), Error> {
-        if (local_len as u64) > r.len {
+        if local_len > r.len {
             return Err(Error::invalid(
                 "post_send",
                 "local data longer than the remote slice",
@@ -154,22 +159,28 @@ fn fill_op(wr: &mut sys::ibv_send_wr, op: &SendOp, local_len: usize) -> Result<(
 }
 
 impl<B: LocalBuf> QueuePair<B> {
+    #[inline]
     fn check_can_send(&self, call: &'static str, extra: u64) -> Result<(), Error> {
+        if self.state != QpState::RTS || self.send.len() + extra > self.send.capacity() {
+            return Err(self.cannot_send(call));
+        }
+        Ok(())
+    }
+
+    #[cold]
+    fn cannot_send(&self, call: &'static str) -> Error {
         if self.state != QpState::RTS {
-            return Err(Error::new(call, ErrorKind::BadState)
+            return Error::new(call, ErrorKind::BadState)
                 .with_detail("sends need the queue pair in RTS")
                 .with_hint(
                     "connect() first; after an error completion the QP is in ERR: reset() it",
-                ));
+                );
         }
-        if self.send.len() + extra > self.send.capacity() {
-            return Err(Error::new(call, ErrorKind::QueueFull)
-                .with_detail("the send queue holds max_send_wr requests in flight")
-                .with_hint(
-                    "poll completions to return buffers, or create the QP with a deeper send queue",
-                ));
-        }
-        Ok(())
+        Error::new(call, ErrorKind::QueueFull)
+            .with_detail("the send queue holds max_send_wr requests in flight")
+            .with_hint(
+                "poll completions to return buffers, or create the QP with a deeper send queue",
+            )
     }
 
     /// Signals this request if the caller asked, or if leaving it unsignaled
@@ -187,6 +198,8 @@ impl<B: LocalBuf> QueuePair<B> {
         }
     }
 
+    /// Fills `wr` (zeroed by the caller) and `sges` for `req`.
+    #[inline]
     fn build_send(
         &mut self,
         req: &SendRequest<B>,
@@ -195,10 +208,10 @@ impl<B: LocalBuf> QueuePair<B> {
         seq: u64,
         remaining: u64,
     ) -> Result<bool, Error> {
-        *wr = sys::ibv_send_wr::zeroed();
-        wr.num_sge = fill_sges(&req.locals, sges)?;
+        let (num_sge, local_len) = fill_sges(&req.locals, sges)?;
+        wr.num_sge = num_sge;
         wr.sg_list = sges.as_mut_ptr();
-        fill_op(wr, &req.op, req.local_len())?;
+        fill_op(wr, &req.op, local_len)?;
         let signaled = self.decide_signal(req.flags.signaled, remaining);
         wr.wr_id = seq;
         wr.send_flags = flags(signaled, req.flags.fence, req.flags.solicited, false);
@@ -210,18 +223,15 @@ impl<B: LocalBuf> QueuePair<B> {
     #[inline]
     // The refused request comes back by value (no Box: no allocation).
     #[allow(clippy::result_large_err)]
-    pub fn post_send(&mut self, req: SendRequest<B>) -> Result<(), PostError<SendRequest<B>>> {
-        if let Err(error) = self.check_can_send("post_send", 1) {
-            return Err(PostError {
-                error,
-                request: req,
-            });
-        }
+    pub fn post_send(&mut self, mut req: SendRequest<B>) -> Result<(), PostError<SendRequest<B>>> {
         let mut wr = sys::ibv_send_wr::zeroed();
         let mut sges = [sys::ibv_sge::default(); MAX_SGE];
         let run = self.unsignaled_run;
         let seq = self.send.next_seq();
-        let signaled = match self.build_send(&req, &mut wr, &mut sges, seq, 0) {
+        let built = self
+            .check_can_send("post_send", 1)
+            .and_then(|()| self.build_send(&req, &mut wr, &mut sges, seq, 0));
+        let signaled = match built {
             Ok(s) => s,
             Err(error) => {
                 return Err(PostError {
@@ -243,12 +253,10 @@ impl<B: LocalBuf> QueuePair<B> {
             });
         }
         let opcode = expected_opcode(&req.op);
-        self.send.push(Slot {
-            tag: req.tag,
-            locals: req.locals,
-            signaled,
-            opcode,
-        });
+        self.send.push(req.tag, opcode, signaled, &mut req.locals);
+        // `push` took every buffer: nothing is left to drop (and the
+        // compiler cannot see that).
+        core::mem::forget(req);
         Ok(())
     }
 
@@ -301,14 +309,11 @@ impl<B: LocalBuf> QueuePair<B> {
             Err(_) => 0,
         };
         for (i, req) in reqs.iter_mut().enumerate().take(posted) {
-            if let Some(req) = req.take() {
+            if let Some(mut req) = req.take() {
                 let opcode = expected_opcode(&req.op);
-                self.send.push(Slot {
-                    tag: req.tag,
-                    locals: req.locals,
-                    signaled: signaled[i],
-                    opcode,
-                });
+                self.send
+                    .push(req.tag, opcode, signaled[i], &mut req.locals);
+                core::mem::forget(req); // emptied by `push`
             }
         }
         if posted < count {
@@ -352,7 +357,7 @@ impl<B: LocalBuf> QueuePair<B> {
             ));
         }
         let mut wr = sys::ibv_send_wr::zeroed();
-        fill_op(&mut wr, &op, data.len())?;
+        fill_op(&mut wr, &op, data.len() as u64)?;
         let mut sge = sys::ibv_sge {
             addr: data.as_ptr() as u64,
             length: data.len() as u32,
@@ -372,12 +377,12 @@ impl<B: LocalBuf> QueuePair<B> {
             self.unsignaled_run = run;
             return Err(post_hint(e));
         }
-        self.send.push(Slot {
+        self.send.push(
             tag,
-            locals: [None, None, None, None],
+            expected_opcode(&op),
             signaled,
-            opcode: expected_opcode(&op),
-        });
+            &mut [None, None, None, None],
+        );
         Ok(())
     }
 
@@ -385,34 +390,20 @@ impl<B: LocalBuf> QueuePair<B> {
     /// before the peer's first send (else: RNR retries, `RNR_RETRY_EXC_ERR`).
     #[inline]
     #[allow(clippy::result_large_err)]
-    pub fn post_recv(&mut self, req: RecvRequest<B>) -> Result<(), PostError<RecvRequest<B>>> {
-        if self.state == QpState::RESET || self.state == QpState::ERR {
-            let error = Error::new("post_recv", ErrorKind::BadState)
-                .with_detail("receives need INIT, RTR or RTS");
+    pub fn post_recv(&mut self, mut req: RecvRequest<B>) -> Result<(), PostError<RecvRequest<B>>> {
+        if self.state == QpState::RESET
+            || self.state == QpState::ERR
+            || self.has_srq
+            || self.recv.is_full()
+        {
             return Err(PostError {
-                error,
-                request: req,
-            });
-        }
-        if self.has_srq {
-            let error = Error::new("post_recv", ErrorKind::BadState)
-                .with_detail("this queue pair receives through its shared receive queue");
-            return Err(PostError {
-                error,
-                request: req,
-            });
-        }
-        if self.recv.is_full() {
-            let error = Error::new("post_recv", ErrorKind::QueueFull)
-                .with_detail("max_recv_wr receives already posted");
-            return Err(PostError {
-                error,
+                error: self.cannot_recv(),
                 request: req,
             });
         }
         let mut sges = [sys::ibv_sge::default(); MAX_SGE];
         let num_sge = match fill_sges(&req.locals, &mut sges) {
-            Ok(n) => n,
+            Ok((n, _)) => n,
             Err(error) => {
                 return Err(PostError {
                     error,
@@ -436,13 +427,24 @@ impl<B: LocalBuf> QueuePair<B> {
                 request: req,
             });
         }
-        self.recv.push(Slot {
-            tag: req.tag,
-            locals: req.locals,
-            signaled: true,
-            opcode: WcOpcode::RECV,
-        });
+        self.recv
+            .push(req.tag, WcOpcode::RECV, true, &mut req.locals);
+        core::mem::forget(req); // emptied by `push`
         Ok(())
+    }
+
+    #[cold]
+    fn cannot_recv(&self) -> Error {
+        if self.state == QpState::RESET || self.state == QpState::ERR {
+            Error::new("post_recv", ErrorKind::BadState)
+                .with_detail("receives need INIT, RTR or RTS")
+        } else if self.has_srq {
+            Error::new("post_recv", ErrorKind::BadState)
+                .with_detail("this queue pair receives through its shared receive queue")
+        } else {
+            Error::new("post_recv", ErrorKind::QueueFull)
+                .with_detail("max_recv_wr receives already posted")
+        }
     }
 
     /// Posts a memory-window bind (`IBV_WR_BIND_MW`, always signaled) that
@@ -458,12 +460,8 @@ impl<B: LocalBuf> QueuePair<B> {
         // window is deallocated.
         let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), wr, &mut bad) };
         crate::ret::check_rc("ibv_post_send(BIND_MW)", rc).map_err(post_hint)?;
-        self.send.push(Slot {
-            tag,
-            locals: [None, None, None, None],
-            signaled: true,
-            opcode: WcOpcode::BIND_MW,
-        });
+        self.send
+            .push(tag, WcOpcode::BIND_MW, true, &mut [None, None, None, None]);
         Ok(())
     }
 
@@ -597,29 +595,16 @@ impl<B: LocalBuf> QueuePair<B> {
         }
     }
 
+    /// Hands back the requests completion `wc` finishes: on its queue, every
+    /// request up to the one it names (the earlier ones were unsignaled).
     #[inline]
     fn retire(&mut self, wc: &WorkCompletion, on_done: &mut impl FnMut(Completion<B>)) -> usize {
         let id = wc.wr_id();
-        let ok = wc.status() == crate::cq::WcStatus::SUCCESS;
-        if !ok {
+        let status = wc.status();
+        if status != WcStatus::SUCCESS {
             self.state = QpState::ERR; // every later request will flush
         }
-        if id & crate::srq::SRQ_BIT != 0 && id & RECV_BIT == 0 {
-            let mut c = completion_from(wc, 0, true, true, [None, None, None, None]);
-            c.srq_wr_id = id;
-            on_done(c);
-            return 1;
-        }
-        if id & RAW_BIT != 0 && id & RECV_BIT == 0 {
-            on_done(completion_from(
-                wc,
-                id & SEQ_MASK,
-                false,
-                true,
-                [None, None, None, None],
-            ));
-            return 1;
-        }
+        let foreign = id & RECV_BIT == 0 && id & (crate::srq::SRQ_BIT | RAW_BIT) != 0;
         let is_recv = id & RECV_BIT != 0;
         let seq = id & SEQ_MASK;
         let queue = if is_recv {
@@ -627,57 +612,61 @@ impl<B: LocalBuf> QueuePair<B> {
         } else {
             &mut self.send
         };
-        if !queue.contains(seq) {
+        if !foreign && !queue.contains(seq) {
             return 0; // not ours (a stale id): nothing to return
         }
         let mut delivered = 0;
-        while let Some((s, slot)) = queue.pop() {
-            delivered += 1;
-            if s == seq {
-                let mut c = completion_from(wc, slot.tag, is_recv, slot.signaled, slot.locals);
-                if c.status != crate::cq::WcStatus::SUCCESS {
+        // One call site of `on_done`, so that the caller's closure is
+        // inlined, and one completion value filled in place.
+        loop {
+            let mut c = Completion {
+                tag: 0,
+                is_recv,
+                status,
+                opcode: wc.opcode(),
+                byte_len: wc.byte_len(),
+                imm: wc.imm(),
+                signaled: true,
+                vendor_err: wc.0.vendor_err,
+                bufs: Bufs::new([None, None, None, None]),
+                srq_wr_id: 0,
+            };
+            let last = if foreign {
+                // A receive on a shared receive queue (its buffers are with
+                // the SRQ) or a raw post (no buffers).
+                if id & crate::srq::SRQ_BIT != 0 {
+                    c.is_recv = true;
+                    c.srq_wr_id = id;
+                } else {
+                    c.tag = seq;
+                }
+                true
+            } else {
+                let Some((s, slot)) = queue.pop() else { break };
+                c.tag = slot.tag;
+                c.signaled = slot.signaled;
+                slot.take_bufs_into(&mut c.bufs);
+                if s != seq {
+                    // Completed by the later completion `seq` on the same
+                    // queue (it was unsignaled): no entry of its own.
+                    c.status = WcStatus::SUCCESS;
+                    c.opcode = slot.opcode;
+                    c.byte_len = 0;
+                    c.imm = None;
+                    c.vendor_err = 0;
+                } else if status != WcStatus::SUCCESS {
                     // The entry's opcode is undefined on errors: report what was posted.
                     c.opcode = slot.opcode;
                 }
-                on_done(c);
+                s == seq
+            };
+            on_done(c);
+            delivered += 1;
+            if last {
                 break;
             }
-            // Completed by the later completion `seq` on the same queue.
-            on_done(Completion {
-                tag: slot.tag,
-                is_recv,
-                status: crate::cq::WcStatus::SUCCESS,
-                opcode: slot.opcode,
-                byte_len: 0,
-                imm: None,
-                signaled: slot.signaled,
-                vendor_err: 0,
-                locals: slot.locals,
-                srq_wr_id: 0,
-            });
         }
         delivered
-    }
-}
-
-fn completion_from<B>(
-    wc: &WorkCompletion,
-    tag: u64,
-    is_recv: bool,
-    signaled: bool,
-    locals: [Option<Local<B>>; MAX_SGE],
-) -> Completion<B> {
-    Completion {
-        tag,
-        is_recv,
-        status: wc.status(),
-        opcode: wc.opcode(),
-        byte_len: wc.byte_len(),
-        imm: wc.imm(),
-        signaled,
-        vendor_err: wc.0.vendor_err,
-        locals,
-        srq_wr_id: 0,
     }
 }
 
