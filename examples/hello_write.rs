@@ -339,7 +339,9 @@ mod with_cm {
     use std::time::Duration;
 
     use verbs::cm::{self, CmConnection, CmListener};
-    use verbs::{Access, Context, Deadline, Local, MemoryRegion, QpConfig, RemoteSlice, SendOp};
+    use verbs::{
+        Access, Context, Deadline, ErrorKind, Local, MemoryRegion, QpConfig, RemoteSlice, SendOp,
+    };
 
     use super::{cstring, roundtrip, text, watch, BoxError, Options, BUF_SIZE, INITIAL};
 
@@ -423,10 +425,32 @@ mod with_cm {
         }
     }
 
+    /// Connects, trying again while the server is not listening yet (the
+    /// peer answers REJECTED at once): started together, the client may
+    /// be first, as the TCP exchange allows for too.
+    fn connect_when_listening(addr: SocketAddr) -> Result<CmConnection<MemoryRegion>, BoxError> {
+        let deadline = deadline();
+        loop {
+            match cm::connect(addr, &config(Access::EMPTY), b"", deadline) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::CmEvent {
+                            event: "REJECTED",
+                            ..
+                        }
+                    ) && !deadline.passed() =>
+                {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                other => return Ok(other?),
+            }
+        }
+    }
+
     fn client(addr: SocketAddr) -> Result<(), BoxError> {
         println!("[client] rdma_cm connect to {addr}...");
-        let mut conn: CmConnection<MemoryRegion> =
-            cm::connect(addr, &config(Access::EMPTY), b"", deadline())?;
+        let mut conn = connect_when_listening(addr)?;
         let region = *cm::decode_regions(conn.peer_private_data())?
             .first()
             .ok_or("no region shared")?;
