@@ -122,29 +122,30 @@ mod with_cm {
         pd_of: impl Fn(&P) -> &ProtectionDomain,
         mut join: impl FnMut(P, &ProtectionDomain, &QpConfig, &[u8]) -> Result<Joined, BoxError>,
     ) -> Result<Side, BoxError> {
-        let mut built: Option<(ProtectionDomain, QpConfig, Side)> = None;
+        let mut built: Option<(QpConfig, Side)> = None;
         for _ in 0..setup.qps.max(1) {
             let pending = next()?;
-            let (pd, config, side) = match &mut built {
+            let (config, side) = match &mut built {
                 Some(b) => b,
                 None => built.insert(first_of_side(pd_of(&pending), opts, setup)?),
             };
             let inbox = cm::encode_regions(side.inbox.remote().as_slice());
-            let (conn, peer) = join(pending, pd, config, &inbox)?;
+            // Every connection in the first one's PD, where the memory is.
+            let (conn, peer) = join(pending, side.inbox.pd(), config, &inbox)?;
             side.add_lane(Link::Cm(conn), peer);
         }
-        Ok(built.ok_or("-R: no connection")?.2)
+        Ok(built.ok_or("-R: no connection")?.1)
     }
 
     /// A connection and the peer's inbox.
     type Joined = (CmConnection<ArenaBuf>, Option<RemoteRegion>);
 
-    /// The side's PD (the first connection's), QP configuration and memory.
+    /// The side's QP configuration and memory, in the first connection's PD.
     fn first_of_side(
         pd: &ProtectionDomain,
         opts: &Opts,
         setup: &Setup,
-    ) -> Result<(ProtectionDomain, QpConfig, Side), BoxError> {
+    ) -> Result<(QpConfig, Side), BoxError> {
         let dev = pd.context().name();
         if opts.dev.as_deref().is_some_and(|d| d != dev) {
             return Err(format!(
@@ -153,7 +154,7 @@ mod with_cm {
             .into());
         }
         let config = qp_config(pd, setup)?;
-        Ok((pd.clone(), config, Side::without_qps(pd, setup)?))
+        Ok((config, Side::without_qps(pd, setup)?))
     }
 
     /// The peer's inbox, from its private data (none for send tests,
