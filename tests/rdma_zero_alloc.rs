@@ -1,7 +1,8 @@
 //! The benchmark's data path allocates nothing.
 //!
 //! This test includes `examples/perf/loops.rs` (the very loops `perf`
-//! measures) and `side.rs` (the resources they run on) and runs every test
+//! measures), `side.rs` (the resources they run on) and `opts.rs` (the
+//! parameters perf derives from its command line) and runs every test
 //! of them, on both sides of a loopback pair, under a counting global
 //! allocator: after a warm-up run, a second run of
 //! thousands of post/poll cycles must make zero heap allocations, frees or
@@ -22,6 +23,9 @@ mod clock;
 #[path = "../examples/perf/loops.rs"]
 mod loops;
 #[allow(dead_code)]
+#[path = "../examples/perf/opts.rs"]
+mod opts;
+#[allow(dead_code)]
 #[path = "../examples/perf/side.rs"]
 mod side;
 
@@ -30,9 +34,10 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use loops::{Params, Test};
-use side::{Setup, Side};
-use verbs::{Mtu, ProtectionDomain};
+use loops::Params;
+use opts::Opts;
+use side::Side;
+use verbs::ProtectionDomain;
 
 /// Counts the heap operations of threads that opted in, then forwards to
 /// the system allocator.
@@ -89,80 +94,37 @@ fn counted<T>(f: impl FnOnce() -> T) -> T {
     r
 }
 
-/// One path through the loops.
-#[derive(Clone, Copy, Debug)]
-struct Case {
-    test: Test,
-    size: usize,
-    inline: u32,
-    post_list: u32,
-    qps: usize,
-    iters: u64,
-}
-
-const fn case(
-    test: Test,
-    size: usize,
-    inline: u32,
-    post_list: u32,
-    qps: usize,
-    iters: u64,
-) -> Case {
-    Case {
-        test,
-        size,
-        inline,
-        post_list,
-        qps,
-        iters,
-    }
-}
-
-/// Sizes chosen to take both the inline and the buffered path where the
-/// test has both; counts give thousands of post/poll cycles per case.
-const CASES: [Case; 11] = [
-    case(Test::WriteLat, 64, 220, 1, 1, 2000),
-    case(Test::WriteLat, 4096, 220, 1, 1, 2000),
-    case(Test::SendLat, 64, 236, 1, 1, 2000),
-    case(Test::SendLat, 1024, 0, 1, 1, 2000),
-    case(Test::ReadLat, 64, 0, 1, 1, 2000),
-    case(Test::AtomicLat, 8, 0, 1, 1, 2000),
-    case(Test::WriteBw, 64, 0, 1, 1, 5000),
-    case(Test::WriteBw, 64, 64, 1, 1, 5000),
-    case(Test::WriteBw, 2, 0, 16, 1, 8000),
-    case(Test::ReadBw, 4096, 0, 1, 2, 2000),
-    case(Test::SendBw, 1024, 0, 1, 2, 3000),
+/// One path through the loops each: perf's command lines, so the loops
+/// run with the parameters perf derives from them. Sizes take both the
+/// inline and the buffered path where the test has both; counts give
+/// thousands of post/poll cycles per case.
+const CASES: [&str; 11] = [
+    "write_lat -s 64 -I 220 -n 2000",
+    "write_lat -s 4096 -I 220 -n 2000",
+    "send_lat -s 64 -I 236 -n 2000",
+    "send_lat -s 1024 -I 0 -n 2000",
+    "read_lat -s 64 -n 2000",
+    "atomic_lat -n 2000",
+    "write_bw -s 64 -I 0 -n 5000",
+    "write_bw -s 64 -I 64 -n 5000",
+    "write_bw -s 2 -I 0 -l 16 -n 8000",
+    "read_bw -s 4096 -q 2 -n 2000",
+    "send_bw -s 1024 -q 2 -n 3000",
 ];
-
-fn params(c: &Case, side: &Side, initiator: bool, iters: u64, clock: &clock::Clock) -> Params {
-    let bw = !c.test.is_latency();
-    let granted = side.lanes[0].qp.caps().max_inline_data as usize;
-    Params {
-        test: c.test,
-        size: c.size,
-        iters,
-        tx_depth: if bw { 128 } else { 1 },
-        cq_mod: if !bw {
-            1
-        } else if c.post_list > 1 {
-            c.post_list
-        } else {
-            100
-        },
-        post_list: c.post_list,
-        inline: (c.inline as usize).min(granted),
-        rx_depth: 512,
-        initiator,
-        busy_poll: false,
-        stall: clock.ticks_in(Duration::from_secs(30)),
-    }
-}
 
 /// Prepares both sides and runs one round, counting only the loops.
 /// Returns the heap operations they made.
-fn round(a: &mut Side, b: &mut Side, c: &Case, iters: u64, clock: &clock::Clock) -> u64 {
-    let pa = params(c, a, true, iters, clock);
-    let pb = params(c, b, false, iters, clock);
+fn round(a: &mut Side, b: &mut Side, o: &Opts, iters: u64, clock: &clock::Clock) -> u64 {
+    let size = o.sizes()[0];
+    let pa = Params {
+        iters,
+        ..o.params(a, size, true, clock)
+    };
+    let pb = Params {
+        iters,
+        ..o.params(b, size, false, clock)
+    };
+    let c = &o.fingerprint();
     a.prepare(&pa).expect("prepare the initiator");
     b.prepare(&pb).expect("prepare the peer");
     let before = HEAP_OPS.load(Ordering::Relaxed);
@@ -177,7 +139,7 @@ fn round(a: &mut Side, b: &mut Side, c: &Case, iters: u64, clock: &clock::Clock)
     // The run really happened: every request was timestamped in order and,
     // for bandwidth, the last one came back signaled.
     let posted = &a.stamps.posted;
-    assert_eq!(posted.len() as u64, iters * c.qps as u64, "{c:?}");
+    assert_eq!(posted.len() as u64, iters * o.qps as u64, "{c:?}");
     assert!(
         posted.iter().all(|&t| t != 0),
         "{c:?}: a request was never posted"
@@ -186,11 +148,11 @@ fn round(a: &mut Side, b: &mut Side, c: &Case, iters: u64, clock: &clock::Clock)
         posted.windows(2).all(|w| w[0] <= w[1]),
         "{c:?}: timestamps out of order"
     );
-    if !c.test.is_latency() {
+    if !o.test.is_latency() {
         let last = a.stamps.completed.last().map(|&(i, _)| i + 1);
         assert_eq!(
             last,
-            Some(iters * c.qps as u64),
+            Some(iters * o.qps as u64),
             "{c:?}: the last completion"
         );
     }
@@ -205,31 +167,21 @@ fn rdma_benchmark_loops_allocate_nothing() {
     let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
     let clock = clock::Clock::calibrate(Duration::from_millis(20));
     let mut failures = Vec::new();
-    for c in CASES {
-        let setup = Setup {
-            test: c.test,
-            qps: c.qps,
-            max_size: c.size,
-            tx_depth: if c.test.is_latency() { 1 } else { 128 },
-            post_list: c.post_list,
-            rx_depth: 512,
-            inline: c.inline,
-            port: 1,
-            gid_index: None,
-            mtu: Mtu::MTU_4096,
-            buf_mem: 64 << 20,
-        };
+    for line in CASES {
+        let args: Vec<String> = line.split(' ').map(String::from).collect();
+        let o = Opts::parse(&args).expect(line);
+        let setup = o.setup().expect(line);
         let mut a = Side::new(&pd, &setup).expect("side a");
         let mut b = Side::new(&pd, &setup).expect("side b");
         let (ea, eb) = (a.endpoints(), b.endpoints());
         a.connect(&eb).expect("connect a");
         b.connect(&ea).expect("connect b");
         // Warm-up: first-touch costs (lazy library state, page faults).
-        round(&mut a, &mut b, &c, 200, &clock);
-        let ops = round(&mut a, &mut b, &c, c.iters, &clock);
-        println!("{c:?}: {ops} heap operations in {} iterations", c.iters);
+        round(&mut a, &mut b, &o, 200, &clock);
+        let ops = round(&mut a, &mut b, &o, o.iters(), &clock);
+        println!("{line}: {ops} heap operations in {} iterations", o.iters());
         if ops != 0 {
-            failures.push(format!("{c:?}: {ops} heap operations"));
+            failures.push(format!("{line}: {ops} heap operations"));
         }
     }
     assert!(

@@ -28,8 +28,8 @@ use verbs::{
 use super::clock::ticks;
 use super::side::{Lane, Side};
 
-/// Most requests in one `post_send_chain` call (the crate's `MAX_CHAIN`).
-pub const MAX_CHAIN: usize = 32;
+/// Most requests in one `post_send_chain` call.
+pub use verbs::qp::MAX_CHAIN;
 
 /// Idle polls between two looks at the clock while waiting: a stalled peer
 /// is noticed within microseconds of the limit, and the fast path never

@@ -8,9 +8,10 @@
 //! cargo run --release --example perf -- write_bw -a              # size sweep
 //! perf read_lat server            |  perf read_lat client HOST   # two hosts
 //! ```
-//! Modules: [`opts`] (command line), [`side`] (a side's queue pairs and
-//! memory) and [`loops`] (the measured loops; both shared with
-//! `tests/rdma_zero_alloc.rs`), [`clock`] (timestamps), [`report`]
+//! Modules: [`opts`] (command line and the parameters it implies),
+//! [`side`] (a side's queue pairs and memory) and [`loops`] (the measured
+//! loops; these three shared with `tests/rdma_zero_alloc.rs`), [`clock`]
+//! (timestamps), [`report`]
 //! (figures and output), [`remote`] (two hosts), [`rdma_cm`] (`-R`).
 
 mod clock;
@@ -24,18 +25,15 @@ mod side;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use verbs::{Context, Mtu, ProtectionDomain};
+use verbs::{Context, ProtectionDomain};
 
 use clock::Clock;
 use loops::{Params, Test};
 use opts::{Opts, Role};
 use report::Json;
-use side::{Setup, Side};
+use side::Side;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-
-/// A wait with no progress for this long means the peer is gone.
-const STALL: Duration = Duration::from_secs(30);
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -65,53 +63,15 @@ fn main() -> ExitCode {
     }
 }
 
-/// How one side's resources are built, from the command line.
-pub fn setup(opts: &Opts) -> Result<Setup, BoxError> {
-    Ok(Setup {
-        test: opts.test,
-        qps: opts.qps,
-        max_size: opts.sizes().into_iter().max().unwrap_or(2),
-        tx_depth: opts.tx_depth(),
-        post_list: opts.post_list,
-        rx_depth: opts.rx_depth,
-        inline: opts.inline_request(),
-        port: opts.ib_port,
-        gid_index: opts.gid_index,
-        mtu: match opts.mtu {
-            Some(b) => Mtu::from_bytes(b).ok_or("-m takes 256, 512, 1024, 2048 or 4096")?,
-            None => Mtu::MTU_4096,
-        },
-        buf_mem: opts.buf_mem_mib.max(1) << 20,
-    })
-}
-
 /// Opens the device (`-d`) and allocates a protection domain on it.
 pub fn open(opts: &Opts) -> Result<ProtectionDomain, BoxError> {
     Ok(ProtectionDomain::new(&Context::open(opts.dev.as_deref())?)?)
 }
 
-/// The knobs of one size's run on one side.
-pub fn params(opts: &Opts, side: &Side, size: usize, initiator: bool, clock: &Clock) -> Params {
-    let granted = side.lanes[0].qp.caps().max_inline_data as usize;
-    Params {
-        test: opts.test,
-        size,
-        iters: opts.iters(),
-        tx_depth: opts.tx_depth(),
-        cq_mod: opts.cq_mod(size),
-        post_list: opts.post_list,
-        inline: (opts.inline_request() as usize).min(granted),
-        rx_depth: opts.rx_depth,
-        initiator,
-        busy_poll: opts.busy_poll,
-        stall: clock.ticks_in(STALL),
-    }
-}
-
 /// Both sides in this process: two sets of QPs on one device, connected
 /// to each other; the passive side's loop (if it has one) on a thread.
 fn loopback(opts: &Opts, clock: &Clock) -> Result<(), BoxError> {
-    let setup = setup(opts)?;
+    let setup = opts.setup()?;
     let (mut a, mut b, mode) = if opts.rdma_cm {
         let (a, b) = rdma_cm::loopback(opts, &setup)?;
         (
@@ -130,8 +90,8 @@ fn loopback(opts: &Opts, clock: &Clock) -> Result<(), BoxError> {
     };
     let mut out = Output::new(opts, &a, clock, mode)?;
     for size in opts.sizes() {
-        let pa = params(opts, &a, size, true, clock);
-        let pb = params(opts, &b, size, false, clock);
+        let pa = opts.params(&a, size, true, clock);
+        let pb = opts.params(&b, size, false, clock);
         a.prepare(&pa)?;
         b.prepare(&pb)?;
         out.note_depth(&pa, a.depth());

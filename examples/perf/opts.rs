@@ -1,6 +1,17 @@
 //! Command line: perftest's option letters and defaults.
+//! `Opts::setup` and `Opts::params` turn it into what a side is built with
+//! and what one size's run uses (shared with `tests/rdma_zero_alloc.rs`).
 
-use super::loops::{Test, MAX_CHAIN};
+use std::time::Duration;
+
+use verbs::Mtu;
+
+use super::clock::Clock;
+use super::loops::{Params, Test, MAX_CHAIN};
+use super::side::{Setup, Side};
+
+/// A wait with no progress for this long means the peer is gone.
+const STALL: Duration = Duration::from_secs(30);
 
 pub const USAGE: &str = "\
 usage: perf TEST [OPTIONS] [server | client HOST]
@@ -248,6 +259,44 @@ impl Opts {
             None => 100,
         };
         q.min(self.tx_depth()).max(1)
+    }
+
+    /// How one side's resources are built.
+    pub fn setup(&self) -> Result<Setup, String> {
+        Ok(Setup {
+            test: self.test,
+            qps: self.qps,
+            max_size: self.sizes().into_iter().max().unwrap_or(2),
+            tx_depth: self.tx_depth(),
+            post_list: self.post_list,
+            rx_depth: self.rx_depth,
+            inline: self.inline_request(),
+            port: self.ib_port,
+            gid_index: self.gid_index,
+            mtu: match self.mtu {
+                Some(b) => Mtu::from_bytes(b).ok_or("-m takes 256, 512, 1024, 2048 or 4096")?,
+                None => Mtu::MTU_4096,
+            },
+            buf_mem: self.buf_mem_mib.max(1) << 20,
+        })
+    }
+
+    /// The knobs of one size's run on `side`.
+    pub fn params(&self, side: &Side, size: usize, initiator: bool, clock: &Clock) -> Params {
+        let granted = side.lanes[0].qp.caps().max_inline_data as usize;
+        Params {
+            test: self.test,
+            size,
+            iters: self.iters(),
+            tx_depth: self.tx_depth(),
+            cq_mod: self.cq_mod(size),
+            post_list: self.post_list,
+            inline: (self.inline_request() as usize).min(granted),
+            rx_depth: self.rx_depth,
+            initiator,
+            busy_poll: self.busy_poll,
+            stall: clock.ticks_in(STALL),
+        }
     }
 
     /// What both sides of a two-host run must agree on.

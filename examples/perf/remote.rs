@@ -14,7 +14,7 @@ use super::clock::Clock;
 use super::loops;
 use super::opts::Opts;
 use super::side::Side;
-use super::{open, params, rdma_cm, setup, BoxError, Output};
+use super::{open, rdma_cm, BoxError, Output};
 
 /// Time for the peer to show up and for connection set-up.
 const SETUP: Duration = Duration::from_secs(120);
@@ -24,7 +24,7 @@ const RUN: Duration = Duration::from_secs(3600);
 
 /// Runs this side; `host` is the server's address for a client.
 pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxError> {
-    let setup = setup(opts)?;
+    let setup = opts.setup()?;
     let deadline = Instant::now() + SETUP;
     // Listening before the client learns (from the TCP handshake) to connect.
     let cm_listener = match (opts.rdma_cm, host) {
@@ -60,7 +60,7 @@ pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxErro
     // only the initiator does (the passive side's NIC answers for it).
     let reports = initiator || (opts.test.is_latency() && opts.test.peer_is_active());
     for size in opts.sizes() {
-        let p = params(opts, &side, size, initiator, clock);
+        let p = opts.params(&side, size, initiator, clock);
         side.prepare(&p)?;
         out.note_depth(&p, side.depth());
         // Both sides prepared (receives posted, inboxes cleared) before
