@@ -159,6 +159,9 @@ fn server(opts: &Options, listener: Option<TcpListener>) -> Result<(), BoxError>
         ctx.name(),
         qp.qp_num()
     );
+    // Printed before the exchange: once the client has our rkey it may
+    // write at once (the tutorial's client does), before we could look.
+    println!("[server] before:  '{}'", text(&mr));
 
     let listener = match listener {
         Some(l) => exchange::Listener::from_std(l)?,
@@ -190,7 +193,6 @@ fn server(opts: &Options, listener: Option<TcpListener>) -> Result<(), BoxError>
     println!("[server] peer QPN {}, GID {}", peer.qpn, peer.gid);
     qp.connect(&peer)?;
 
-    println!("[server] before:  '{}'", text(&mr));
     if !opts.tutorial {
         session.sync(deadline)?; // tell the client we are watching
     }
