@@ -232,7 +232,7 @@ fn print_result(opts: &Opts, r: &client::Report, ok: bool) {
     println!(
         "RESULT scenario={} ops={} verified={} failed={failed} flushed={} first_error={} hangs={} mismatches={} \
          detect_ms={} bound_ms={} nominal_ms={} recover_ms={} resumed={} elapsed_ms={:.0} mb={:.1} \
-         timeout={} retry_cnt={} retries={} stalled={} hash={} events={} ok={}",
+         timeout={} retry_cnt={} retries={} stalled={} fresh_qp={} hash={} events={} ok={}",
         opts.scenario.name(),
         r.attempted,
         r.verified,
@@ -253,6 +253,7 @@ fn print_result(opts: &Opts, r: &client::Report, ok: bool) {
         opts.retry(),
         r.retries.map_or("-".to_string(), |n| n.to_string()),
         u8::from(r.stalled),
+        u8::from(r.fresh_qp),
         match r.hash_ok {
             Some(true) => "ok",
             Some(false) => "MISMATCH",

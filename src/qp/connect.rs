@@ -200,6 +200,10 @@ impl<B: LocalBuf> QueuePair<B> {
     /// Moves the QP to ERR, returns every request still in flight through
     /// `on_done` (flushed, `WR_FLUSH_ERR`), then back to RESET and INIT with
     /// a new PSN, ready to [`connect`](QueuePair::connect) again.
+    ///
+    /// On Soft-RoCE (Linux 6.1) a QP reset after its link went down has
+    /// been seen to flush its first requests again, with no cause, after
+    /// reconnecting; a new QP recovered every time (FAULTS.md).
     pub fn reset(
         &mut self,
         config: &super::QpConfig,
