@@ -344,9 +344,9 @@ fn establish<B: LocalBuf>(
     side: Side,
     deadline: Deadline,
 ) -> Result<CmConnection<B>, Error> {
-    let (call, max) = match side {
-        Side::Active => ("rdma_connect", MAX_CONNECT_PRIVATE_DATA),
-        Side::Passive => ("rdma_accept", MAX_ACCEPT_PRIVATE_DATA),
+    let (call, max, what) = match side {
+        Side::Active => ("rdma_connect", MAX_CONNECT_PRIVATE_DATA, "rdma_cm: connect"),
+        Side::Passive => ("rdma_accept", MAX_ACCEPT_PRIVATE_DATA, "rdma_cm: accept"),
     };
     if private_data.len() > max {
         return Err(Error::invalid(call, "private data too long").with_detail(
@@ -367,10 +367,6 @@ fn establish<B: LocalBuf>(
         }
     };
     check_rc(call, rc)?;
-    let what = match side {
-        Side::Active => "rdma_cm: connect",
-        Side::Passive => "rdma_cm: accept",
-    };
     let ev = id.channel.expect(Ev::ESTABLISHED, what, deadline)?;
     qp.set_state(QpState::RTS);
     Ok(CmConnection {

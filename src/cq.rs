@@ -181,17 +181,6 @@ impl CompletionQueue {
         check_count("ibv_poll_cq", got as isize)
     }
 
-    /// As [`CompletionQueue::poll`], into uninitialized storage (no need
-    /// to zero the array first); returns the completions written.
-    #[inline]
-    pub fn poll_uninit<'a>(
-        &self,
-        out: &'a mut [core::mem::MaybeUninit<WorkCompletion>],
-    ) -> Result<&'a [WorkCompletion], Error> {
-        // SAFETY: `self` keeps the CQ alive for the call.
-        unsafe { poll_uninit_raw(self.inner.ptr.as_ptr(), out) }
-    }
-
     /// The raw CQ, for calls the safe layer does not wrap.
     pub fn as_raw(&self) -> *mut sys::ibv_cq {
         self.inner.ptr.as_ptr()
@@ -260,8 +249,10 @@ impl WorkCompletion {
     }
 }
 
-/// [`CompletionQueue::poll_uninit`] on a raw CQ, for callers that hold the
-/// CQ alive through another borrow (the queue pair's data path).
+/// As [`CompletionQueue::poll`], into uninitialized storage (no need to
+/// zero the array first), on a raw CQ that the caller holds alive through
+/// another borrow (the queue pair's data path); returns the completions
+/// written.
 ///
 /// # Safety
 ///

@@ -419,17 +419,18 @@ impl GidEntry {
 /// routable GID exists, never a zero GID. `None` when the table has no
 /// usable entry.
 pub fn choose_gid_index(table: &[GidEntry]) -> Option<u32> {
-    table
-        .iter()
-        .filter(|e| !e.gid.is_zero())
-        .max_by_key(|e| {
-            let v2 = u32::from(e.gid_type == GidType::ROCE_V2);
-            let ipv4 = u32::from(e.gid.ipv4().is_some());
-            let routable = u32::from(!e.gid.is_link_local());
-            // Routable first, then RoCE v2, then IPv4; lowest index breaks ties.
-            (routable * 4 + v2 * 2 + ipv4, core::cmp::Reverse(e.index))
-        })
-        .map(|e| e.index)
+    choose_gid(table).map(|e| e.index)
+}
+
+/// The entry [`choose_gid_index`] picks (its address, type and netdev).
+pub fn choose_gid(table: &[GidEntry]) -> Option<&GidEntry> {
+    table.iter().filter(|e| !e.gid.is_zero()).max_by_key(|e| {
+        let v2 = u32::from(e.gid_type == GidType::ROCE_V2);
+        let ipv4 = u32::from(e.gid.ipv4().is_some());
+        let routable = u32::from(!e.gid.is_link_local());
+        // Routable first, then RoCE v2, then IPv4; lowest index breaks ties.
+        (routable * 4 + v2 * 2 + ipv4, core::cmp::Reverse(e.index))
+    })
 }
 
 /// Checks an explicitly requested GID index against the table.

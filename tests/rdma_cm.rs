@@ -4,25 +4,11 @@
 
 mod support;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use verbs::cm::{self, CmConnection, CmListener};
 use verbs::{Access, Deadline, ErrorKind, Local, MemoryRegion, RemoteSlice, SendOp, SendRequest};
-
-/// The IPv4 address of the test device's netdev (the GID rdma_cm resolves to).
-fn device_addr(ctx: &verbs::Context) -> Ipv4Addr {
-    let table = ctx.gid_table(1).unwrap();
-    let i = verbs::device::choose_gid_index(&table).unwrap();
-    let ip = table
-        .iter()
-        .find(|e| e.index == i)
-        .unwrap()
-        .gid
-        .ipv4()
-        .expect("an IPv4-mapped GID");
-    Ipv4Addr::from(ip)
-}
 
 fn deadline() -> Deadline {
     Deadline::after(Duration::from_secs(30))
@@ -33,7 +19,7 @@ fn connect_transfer_and_disconnect() {
     let Some(ctx) = support::test_context("rdma_cm connect_transfer_and_disconnect") else {
         return;
     };
-    let addr = SocketAddr::new(IpAddr::V4(device_addr(&ctx)), 20886);
+    let addr = SocketAddr::new(IpAddr::V4(support::device_ipv4(&ctx)), 20886);
     drop(ctx);
     let listener = CmListener::bind(addr).expect("rdma_bind_addr + rdma_listen");
     let server = std::thread::spawn(move || {
@@ -102,7 +88,7 @@ fn connections_share_one_protection_domain() {
     let Some(ctx) = support::test_context("rdma_cm shared PD") else {
         return;
     };
-    let addr = SocketAddr::new(IpAddr::V4(device_addr(&ctx)), 20887);
+    let addr = SocketAddr::new(IpAddr::V4(support::device_ipv4(&ctx)), 20887);
     let listener = CmListener::bind(addr).expect("rdma_bind_addr + rdma_listen");
     let server = std::thread::spawn(move || {
         let first = listener.request(deadline()).expect("first request");
@@ -176,7 +162,7 @@ fn connecting_where_nobody_listens_fails_in_time_and_names_the_event() {
     let Some(ctx) = support::test_context("rdma_cm nobody listens") else {
         return;
     };
-    let addr = SocketAddr::new(IpAddr::V4(device_addr(&ctx)), 20999);
+    let addr = SocketAddr::new(IpAddr::V4(support::device_ipv4(&ctx)), 20999);
     let limit = Duration::from_secs(20);
     let t0 = Instant::now();
     let err = cm::connect::<MemoryRegion>(addr, &support::config(), b"", Deadline::after(limit))

@@ -114,10 +114,7 @@ mod rdma_cm {
     /// The device's IPv4 address: rdma_cm connects by address.
     fn device_addr(dev: &str) -> String {
         let ctx = verbs::Context::open(Some(dev)).unwrap();
-        let table = ctx.gid_table(1).unwrap();
-        let i = verbs::device::choose_gid_index(&table).unwrap();
-        let ip = table.iter().find(|e| e.index == i).unwrap().gid.ipv4();
-        std::net::Ipv4Addr::from(ip.expect("an IPv4-mapped GID")).to_string()
+        support::device_ipv4(&ctx).to_string()
     }
 
     #[test]

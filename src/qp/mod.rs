@@ -15,7 +15,7 @@ pub use inflight::Completion;
 pub use post::{PostError, MAX_CHAIN};
 
 use crate::cq::CompletionQueue;
-use crate::device::{choose_gid_index, validate_gid_index, GidEntry, LinkLayer, PortAttr};
+use crate::device::{choose_gid, validate_gid_index, GidEntry, LinkLayer, PortAttr};
 use crate::endpoint::{Endpoint, Mtu};
 use crate::error::{Error, ErrorKind};
 use crate::memory::LocalBuf;
@@ -349,8 +349,8 @@ fn select_gid(
     let table = ctx.gid_table(config.port)?;
     match config.gid_index {
         Some(i) => validate_gid_index(&table, i, port.gid_tbl_len()).map(Some),
-        None => match choose_gid_index(&table) {
-            Some(i) => Ok(table.iter().find(|e| e.index == i).copied()),
+        None => match choose_gid(&table) {
+            Some(e) => Ok(Some(*e)),
             None if port.link_layer() == LinkLayer::INFINIBAND => Ok(None),
             None => Err(Error::new("choose GID index", ErrorKind::NotFound)
                 .with_detail("the port's GID table has no usable entry (RoCE needs one)")

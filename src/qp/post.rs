@@ -301,7 +301,8 @@ impl<B: LocalBuf> QueuePair<B> {
         // for the call; the buffers they name are owned by `reqs`, from which
         // every posted request moves into the in-flight table below.
         let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), wrs.as_mut_ptr(), &mut bad) };
-        let posted = match crate::ret::check_rc("ibv_post_send", rc) {
+        let result = crate::ret::check_rc("ibv_post_send", rc);
+        let posted = match result {
             Ok(()) => count,
             Err(_) if !bad.is_null() => {
                 (bad as usize - wrs.as_ptr() as usize) / core::mem::size_of::<sys::ibv_send_wr>()
@@ -316,11 +317,8 @@ impl<B: LocalBuf> QueuePair<B> {
                 core::mem::forget(req); // emptied by `push`
             }
         }
-        if posted < count {
+        if let Err(e) = result {
             self.unsignaled_run = run;
-            let e = crate::ret::check_rc("ibv_post_send", rc)
-                .err()
-                .unwrap_or(Error::os("ibv_post_send", rc));
             return Err(post_hint(e)
                 .with_detail("partial post: the requests from the failed one on were not posted"));
         }

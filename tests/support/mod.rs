@@ -13,6 +13,14 @@ use std::time::{Duration, SystemTime};
 
 use verbs::{Access, Context, Deadline, MemoryRegion, ProtectionDomain, QpConfig, QueuePair};
 
+/// The IPv4 address of `ctx`'s netdev, from the GID the crate chooses
+/// (rdma_cm connects by address).
+pub fn device_ipv4(ctx: &Context) -> std::net::Ipv4Addr {
+    let table = ctx.gid_table(1).expect("read port 1's GID table");
+    let gid = verbs::device::choose_gid(&table).expect("a usable GID").gid;
+    gid.ipv4().expect("an IPv4-mapped GID").into()
+}
+
 /// The device under test, or `None` (with a visible skip line) when there
 /// is none and none was required.
 pub fn test_context(test: &str) -> Option<Context> {
@@ -33,17 +41,6 @@ pub fn test_context(test: &str) -> Option<Context> {
             None
         }
     }
-}
-
-/// Opens the test device or returns from the test (skip) / panics (required).
-#[macro_export]
-macro_rules! device_or_skip {
-    ($name:expr) => {
-        match support::test_context($name) {
-            Some(ctx) => ctx,
-            None => return,
-        }
-    };
 }
 
 /// A generous deadline for one operation on a TCG guest.
