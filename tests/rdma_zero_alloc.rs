@@ -171,11 +171,7 @@ fn rdma_benchmark_loops_allocate_nothing() {
         let args: Vec<String> = line.split(' ').map(String::from).collect();
         let o = Opts::parse(&args).expect(line);
         let setup = o.setup().expect(line);
-        let mut a = Side::new(&pd, &setup).expect("side a");
-        let mut b = Side::new(&pd, &setup).expect("side b");
-        let (ea, eb) = (a.endpoints(), b.endpoints());
-        a.connect(&eb).expect("connect a");
-        b.connect(&ea).expect("connect b");
+        let (mut a, mut b) = Side::loopback_pair(&pd, &setup).expect("two connected sides");
         // Warm-up: first-touch costs (lazy library state, page faults).
         round(&mut a, &mut b, &o, 200, &clock);
         let ops = round(&mut a, &mut b, &o, o.iters(), &clock);

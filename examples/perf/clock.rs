@@ -14,7 +14,6 @@
 //! Included by `tests/rdma_zero_alloc.rs` too: nothing here allocates after
 //! start-up.
 
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// A timestamp in ticks of [`Clock`]: the TSC on x86-64, else nanoseconds.
@@ -28,8 +27,7 @@ pub fn ticks() -> u64 {
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        static EPOCH: OnceLock<Instant> = OnceLock::new();
-        EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+        verbs::time::now_ns()
     }
 }
 
@@ -75,11 +73,6 @@ impl Clock {
         }
     }
 
-    /// Ticks in one microsecond.
-    pub fn ticks_per_us(&self) -> f64 {
-        self.ticks_per_us
-    }
-
     /// `ticks` as microseconds.
     pub fn us(&self, ticks: u64) -> f64 {
         ticks as f64 / self.ticks_per_us
@@ -113,14 +106,11 @@ impl Clock {
 /// clocksource is `tsc`, as in QEMU guests, which do not pass the flag).
 /// Unknown counts as true: nothing to warn about.
 fn tsc_is_invariant() -> bool {
-    static FLAG: OnceLock<bool> = OnceLock::new();
-    *FLAG.get_or_init(|| {
-        let source = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
-        if std::fs::read_to_string(source).is_ok_and(|s| s.trim() == "tsc") {
-            return true;
-        }
-        std::fs::read_to_string("/proc/cpuinfo")
-            .map(|s| s.contains("constant_tsc") || !s.contains("flags"))
-            .unwrap_or(true)
-    })
+    let source = "/sys/devices/system/clocksource/clocksource0/current_clocksource";
+    if std::fs::read_to_string(source).is_ok_and(|s| s.trim() == "tsc") {
+        return true;
+    }
+    std::fs::read_to_string("/proc/cpuinfo")
+        .map(|s| s.contains("constant_tsc") || !s.contains("flags"))
+        .unwrap_or(true)
 }

@@ -151,6 +151,15 @@ pub struct Params {
     pub stall: u64,
 }
 
+impl Params {
+    /// Requests carry their data inline, without a local buffer: Write and
+    /// Send up to the inline size, one request per post call. `prepare`
+    /// carves buffers and the loops post by this one answer.
+    pub fn inline_path(&self) -> bool {
+        self.test.can_inline() && self.size <= self.inline && self.post_list <= 1
+    }
+}
+
 /// Runs this side's part of test `p.test` (after [`Side::prepare`] on both sides).
 pub fn run(side: &mut Side, p: &Params) -> Result<(), Error> {
     match (p.test, p.initiator) {
@@ -315,7 +324,7 @@ fn post_marked(
     p: &Params,
 ) -> Result<(), Error> {
     let last = p.size - 1;
-    if p.size <= p.inline {
+    if p.inline_path() {
         data[last] = mark;
         return lane.qp.post_inline(op, &data[..p.size], 0, true);
     }
@@ -399,7 +408,7 @@ fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
     // the window fills with requests that never complete (when buffer
     // memory cut the depth below the moderation, say).
     let cq_mod = u64::from(p.cq_mod.max(1)).min(depth);
-    let inline = p.test.can_inline() && p.size <= p.inline && list == 1;
+    let inline = p.inline_path();
     let signaled = |k: u64| (k + 1) % cq_mod == 0 || k + 1 == p.iters;
     let total = p.iters * lanes.len() as u64;
     let mut chain: [Option<SendRequest<ArenaBuf>>; MAX_CHAIN] = Default::default();

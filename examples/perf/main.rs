@@ -33,6 +33,9 @@ use opts::{Opts, Role};
 use report::Json;
 use side::Side;
 
+/// Time for the peer to show up and for connection set-up.
+const SETUP: Duration = Duration::from_secs(120);
+
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn main() -> ExitCode {
@@ -80,12 +83,7 @@ fn loopback(opts: &Opts, clock: &Clock) -> Result<(), BoxError> {
             "loopback over rdma_cm (both sides on one device, one process)",
         )
     } else {
-        let pd = open(opts)?;
-        let mut a = Side::new(&pd, &setup)?;
-        let mut b = Side::new(&pd, &setup)?;
-        let (ea, eb) = (a.endpoints(), b.endpoints());
-        a.connect(&eb)?;
-        b.connect(&ea)?;
+        let (a, b) = Side::loopback_pair(&open(opts)?, &setup)?;
         (a, b, "loopback (both sides on one device, one process)")
     };
     let mut out = Output::new(opts, &a, clock, mode)?;
@@ -194,7 +192,7 @@ impl<'a> Output<'a> {
 
     /// Says so when buffer memory kept fewer requests in flight than asked.
     pub fn note_depth(&self, p: &Params, depth: u32) {
-        if !p.test.is_latency() && p.initiator && depth < p.tx_depth && p.size > p.inline {
+        if !p.test.is_latency() && p.initiator && depth < p.tx_depth && !p.inline_path() {
             eprintln!(
                 "perf: {} B: {depth} requests in flight instead of {} (each owns a buffer; --buf-mem {} MiB)",
                 p.size, p.tx_depth, self.opts.buf_mem_mib

@@ -205,7 +205,9 @@ impl Opts {
             return vec![8];
         }
         if self.all {
-            return (1..=23).map(|e| 1usize << e).collect();
+            return (1..=MAX_SWEEP.trailing_zeros())
+                .map(|e| 1usize << e)
+                .collect();
         }
         vec![self
             .size

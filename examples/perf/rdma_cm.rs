@@ -14,17 +14,13 @@ pub use without_cm::{connect, loopback, Listener};
 #[cfg(feature = "rdmacm")]
 mod with_cm {
     use std::net::{Ipv4Addr, SocketAddr, ToSocketAddrs};
-    use std::time::{Duration, Instant};
 
     use verbs::cm::{self, CmConnection, CmListener};
     use verbs::{ArenaBuf, Context, Deadline, Error, ProtectionDomain, QpConfig, RemoteRegion};
 
     use super::super::opts::Opts;
     use super::super::side::{qp_config, Link, Setup, Side};
-    use super::super::BoxError;
-
-    /// Time for the peer to show up and for each connection's set-up.
-    const SETUP: Duration = Duration::from_secs(120);
+    use super::super::{BoxError, SETUP};
 
     /// A bound rdma_cm listener (bound before the peer is told to connect).
     pub struct Listener(CmListener);
@@ -38,8 +34,7 @@ mod with_cm {
 
         /// Accepts `setup.qps` connections into one side.
         pub fn accept(&self, opts: &Opts, setup: &Setup) -> Result<Side, BoxError> {
-            let deadline = Instant::now() + SETUP;
-            accept_side(&self.0, opts, setup, deadline)
+            accept_side(&self.0, opts, setup, Deadline::after(SETUP))
         }
     }
 
@@ -50,7 +45,7 @@ mod with_cm {
             .map_err(|e| format!("-R: resolving {host}: {e}"))?
             .find(SocketAddr::is_ipv4)
             .ok_or_else(|| format!("-R: {host} has no IPv4 address"))?;
-        connect_side(addr, opts, setup, Instant::now() + SETUP)
+        connect_side(addr, opts, setup, Deadline::after(SETUP))
     }
 
     /// Both sides in this process: a listener on the device's own IPv4
@@ -58,14 +53,13 @@ mod with_cm {
     pub fn loopback(opts: &Opts, setup: &Setup) -> Result<(Side, Side), BoxError> {
         let ctx = Context::open(opts.dev.as_deref())?;
         let table = ctx.gid_table(1)?;
-        let ip = verbs::device::choose_gid_index(&table)
-            .and_then(|i| table.iter().find(|e| e.index == i))
+        let ip = verbs::device::choose_gid(&table)
             .and_then(|e| e.gid.ipv4())
             .ok_or("-R: the device has no IPv4 address (rdma_cm resolves by address)")?;
         drop(ctx);
         let addr = SocketAddr::new(Ipv4Addr::from(ip).into(), opts.tcp_port);
         let listener = CmListener::bind(addr)?;
-        let deadline = Instant::now() + SETUP;
+        let deadline = Deadline::after(SETUP);
         std::thread::scope(|s| {
             let server = s
                 .spawn(|| accept_side(&listener, opts, setup, deadline).map_err(|e| e.to_string()));
@@ -79,16 +73,16 @@ mod with_cm {
         listener: &CmListener,
         opts: &Opts,
         setup: &Setup,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<Side, BoxError> {
         side_of(
             opts,
             setup,
-            || Ok(listener.request(until(deadline))?),
+            || Ok(listener.request(deadline)?),
             |req| req.pd(),
             |req, pd, config, inbox| {
                 let peer = inbox_of(req.peer_private_data())?;
-                Ok((req.accept_in(pd, config, inbox, until(deadline))?, peer))
+                Ok((req.accept_in(pd, config, inbox, deadline)?, peer))
             },
         )
     }
@@ -97,15 +91,15 @@ mod with_cm {
         addr: SocketAddr,
         opts: &Opts,
         setup: &Setup,
-        deadline: Instant,
+        deadline: Deadline,
     ) -> Result<Side, BoxError> {
         side_of(
             opts,
             setup,
-            || Ok(cm::resolve(addr, until(deadline))?),
+            || Ok(cm::resolve(addr, deadline)?),
             |resolved| resolved.pd(),
             |resolved, pd, config, inbox| {
-                let conn = resolved.connect_in(pd, config, inbox, until(deadline))?;
+                let conn = resolved.connect_in(pd, config, inbox, deadline)?;
                 let peer = inbox_of(conn.peer_private_data())?;
                 Ok((conn, peer))
             },
@@ -161,10 +155,6 @@ mod with_cm {
     /// whose inbox grants no remote access).
     fn inbox_of(private: &[u8]) -> Result<Option<RemoteRegion>, Error> {
         Ok(cm::decode_regions(private)?.first().copied())
-    }
-
-    fn until(deadline: Instant) -> Deadline {
-        Deadline::after(deadline.saturating_duration_since(Instant::now()))
     }
 }
 

@@ -14,10 +14,7 @@ use super::clock::Clock;
 use super::loops;
 use super::opts::Opts;
 use super::side::Side;
-use super::{open, rdma_cm, BoxError, Output};
-
-/// Time for the peer to show up and for connection set-up.
-const SETUP: Duration = Duration::from_secs(120);
+use super::{open, rdma_cm, BoxError, Output, SETUP};
 
 /// Time one size's run may take end to end (the barrier after it).
 const RUN: Duration = Duration::from_secs(3600);

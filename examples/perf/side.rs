@@ -140,6 +140,17 @@ impl Side {
         Ok(side)
     }
 
+    /// Two sides in `pd`, each QP connected to its twin on the other: the
+    /// loopback test on one device.
+    pub fn loopback_pair(pd: &ProtectionDomain, s: &Setup) -> Result<(Side, Side), Error> {
+        let mut a = Side::new(pd, s)?;
+        let mut b = Side::new(pd, s)?;
+        let (ea, eb) = (a.endpoints(), b.endpoints());
+        a.connect(&eb)?;
+        b.connect(&ea)?;
+        Ok((a, b))
+    }
+
     /// The inbox and the buffer arena; the queue pairs come with
     /// [`Side::add_lane`] (rdma_cm creates them as it connects).
     pub fn without_qps(pd: &ProtectionDomain, s: &Setup) -> Result<Side, Error> {
@@ -216,8 +227,7 @@ impl Side {
     /// inbox, posts the receives, sizes the timestamp tables. Call on both
     /// sides before either starts [`run`].
     pub fn prepare(&mut self, p: &Params) -> Result<(), Error> {
-        let inline = p.test.can_inline() && p.size <= p.inline && p.post_list <= 1;
-        let needs_buf = !inline;
+        let needs_buf = !p.inline_path();
         let mut sends = match (p.test.is_latency(), p.initiator) {
             (true, _) if needs_buf => 1,
             (false, true) if needs_buf => p.tx_depth.max(1),
