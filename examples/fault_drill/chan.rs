@@ -28,16 +28,18 @@ pub const BYE: u8 = b'q';
 
 const FRAME: usize = 17;
 
-/// One side channel connection.
+/// One side channel connection: frames on `stream`, endpoint exchanges
+/// and barriers through `session`, on the same socket.
 pub struct Chan {
     stream: TcpStream,
+    session: Session,
 }
 
 impl Chan {
-    pub fn new(session: Session) -> Chan {
-        Chan {
-            stream: session.into_stream(),
-        }
+    pub fn new(session: Session) -> io::Result<Chan> {
+        let stream = session.into_stream();
+        let session = Session::from_stream(stream.try_clone()?)?;
+        Ok(Chan { stream, session })
     }
 
     pub fn send(&mut self, cmd: u8, a: u64, b: u64) -> io::Result<()> {
@@ -80,14 +82,12 @@ impl Chan {
 
     /// Swaps endpoints with the peer (the crate's wire format), by `deadline`.
     pub fn exchange(&mut self, local: &Endpoint, deadline: Instant) -> Result<Endpoint, BoxError> {
-        let mut session = Session::from_stream(self.stream.try_clone()?)?;
-        Ok(session.exchange(local, deadline)?)
+        Ok(self.session.exchange(local, deadline)?)
     }
 
     /// Both sides reached the same point (e.g. both QPs are connected).
     pub fn sync(&mut self, deadline: Instant) -> Result<(), BoxError> {
-        let mut session = Session::from_stream(self.stream.try_clone()?)?;
-        Ok(session.sync(deadline)?)
+        Ok(self.session.sync(deadline)?)
     }
 }
 

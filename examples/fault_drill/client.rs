@@ -231,6 +231,7 @@ impl<'a> Client<'a> {
             );
             // Nothing is in flight (`run` drained): the old QP goes empty.
             self.qp = QueuePair::new(self.qp.pd(), &self.config)?;
+            self.watcher.set_own_qp(self.qp.as_raw() as usize);
             self.reconnect(false)?;
             resumed_from = (self.r.attempted, self.r.verified);
             self.run(rest, true)?;
@@ -405,10 +406,10 @@ impl<'a> Client<'a> {
         self.remote = handshake(&mut self.chan, &mut self.qp, &self.connect)?;
         self.errored = false;
         let (_, at) = self.r.first_error.expect("recovering from an error");
-        self.r.recover_ms = Some(ms(at.elapsed()));
+        let after = ms(at.elapsed());
+        self.r.recover_ms = Some(after);
         println!(
-            "RECOVER reconnected after_ms={:.0} repairs={}",
-            ms(at.elapsed()),
+            "RECOVER reconnected after_ms={after:.0} repairs={}",
             self.repairs.len()
         );
         Ok(())
@@ -622,7 +623,7 @@ impl<'a> Client<'a> {
 fn dial(host: &str, port: u16, not_pid: Option<u64>) -> Result<(Chan, u64), BoxError> {
     let deadline = Instant::now() + SETUP;
     loop {
-        let mut chan = Chan::new(exchange::connect((host, port), deadline)?);
+        let mut chan = Chan::new(exchange::connect((host, port), deadline)?)?;
         match chan.expect(chan::HELLO, deadline) {
             Ok((pid, generation)) if Some(pid) != not_pid => {
                 println!("NOTE connected to server pid {pid} generation {generation}");

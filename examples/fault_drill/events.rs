@@ -2,7 +2,7 @@
 //! fatal, ...) as they happen, prints each one and lets the drill wait for
 //! a given event instead of sleeping.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -24,6 +24,7 @@ struct Seen {
 pub struct Watcher {
     stop: Arc<AtomicBool>,
     seen: Arc<Seen>,
+    own_qp: Arc<AtomicUsize>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -33,24 +34,18 @@ impl Watcher {
     pub fn start(ctx: &Context, side: &'static str, t0: Instant, own_qp: usize) -> Watcher {
         let stop = Arc::new(AtomicBool::new(false));
         let seen = Arc::new(Seen::default());
-        let (ctx, stop2, seen2) = (ctx.clone(), stop.clone(), seen.clone());
+        let own_qp = Arc::new(AtomicUsize::new(own_qp));
+        let (ctx, stop2, seen2, own2) = (ctx.clone(), stop.clone(), seen.clone(), own_qp.clone());
         let thread = std::thread::spawn(move || {
             while !stop2.load(Ordering::Relaxed) {
                 match ctx.next_async_event(POLL_MS) {
                     Ok(Some(ev)) => {
                         let name = ev.event_type.to_string();
-                        // For port and device events the element union holds
-                        // the port number, not a pointer: classify by type.
+                        // The crate gives port and device events no element.
                         let whose = match ev.event_type {
-                            Ev::PORT_ACTIVE
-                            | Ev::PORT_ERR
-                            | Ev::LID_CHANGE
-                            | Ev::PKEY_CHANGE
-                            | Ev::SM_CHANGE
-                            | Ev::CLIENT_REREGISTER
-                            | Ev::GID_CHANGE => "port",
                             Ev::DEVICE_FATAL => "device",
-                            _ if ev.element == own_qp => "our QP",
+                            _ if ev.element == 0 => "port",
+                            _ if ev.element == own2.load(Ordering::Relaxed) => "our QP",
                             _ => "another object",
                         };
                         println!(
@@ -73,8 +68,14 @@ impl Watcher {
         Watcher {
             stop,
             seen,
+            own_qp,
             thread: Some(thread),
         }
+    }
+
+    /// Events about `qp` are ours from now on (the drill replaced its QP).
+    pub fn set_own_qp(&self, qp: usize) {
+        self.own_qp.store(qp, Ordering::Relaxed);
     }
 
     /// Every event seen so far, in order.

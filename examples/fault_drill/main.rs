@@ -93,14 +93,18 @@ impl Opts {
     /// wire, so with timeout 12 (16.8 ms) four timer expiries in a row
     /// happened without a fault (RETRY_EXC_ERR mid-stream, seen here).
     pub fn timeout(&self) -> u8 {
-        self.timeout.unwrap_or(14)
+        self.timeout
+            .unwrap_or(verbs::ConnectOptions::default().timeout)
     }
 
     /// Retry count: the crate's default 7 (which rxe treats as "forever")
     /// for the runs that must simply complete; 3 where a bound is asserted.
     pub fn retry(&self) -> u8 {
-        self.retry
-            .unwrap_or(if self.scenario.faulty() { 3 } else { 7 })
+        self.retry.unwrap_or(if self.scenario.faulty() {
+            3
+        } else {
+            verbs::ConnectOptions::default().retry_cnt
+        })
     }
 }
 

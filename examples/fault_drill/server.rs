@@ -49,7 +49,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         opts.port
     );
 
-    let mut chan = Chan::new(listener.accept(Instant::now() + Duration::from_secs(120))?);
+    let mut chan = Chan::new(listener.accept(Instant::now() + Duration::from_secs(120))?)?;
     chan.send(chan::HELLO, u64::from(std::process::id()), opts.generation)?;
     let attach = |qp: &mut Qp, chan: &mut Chan| -> Result<(), BoxError> {
         let deadline = Instant::now() + Duration::from_secs(30);
