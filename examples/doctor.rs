@@ -366,34 +366,35 @@ fn check_memlock(pd: &ProtectionDomain, r: &mut Report) {
     let limit = memlock_limit();
     let limit_text = limit.map_or("unlimited".into(), |l| format!("{} KiB", l >> 10));
     let too_low = limit.is_some_and(|l| l < MEMLOCK_PROBE as u64);
+    let probe = format!("{} MiB", MEMLOCK_PROBE >> 20);
     let fix = "fix: `ulimit -l unlimited` (or memlock in /etc/security/limits.conf, \
                LimitMEMLOCK=infinity for a systemd service)";
     match MemoryRegion::new(pd, MEMLOCK_PROBE) {
         Err(e) if matches!(e.errno(), Some(libc::ENOMEM | libc::EPERM | libc::EAGAIN)) => r.fail(
             "memlock",
             format!(
-                "limit {limit_text}: registering 64 MiB failed ({}); {fix}",
+                "limit {limit_text}: registering {probe} failed ({}); {fix}",
                 errno_name(e.errno().unwrap_or_default())
             ),
         ),
         Err(e) => r.fail(
             "memlock",
-            format!("limit {limit_text}: registering 64 MiB failed: {e}"),
+            format!("limit {limit_text}: registering {probe} failed: {e}"),
         ),
         Ok(_) if too_low && has_cap_ipc_lock() => r.warn(
             "memlock",
             format!(
-                "limit {limit_text} < 64 MiB, works only through CAP_IPC_LOCK (root); \
+                "limit {limit_text} < {probe}, works only through CAP_IPC_LOCK (root); \
                  for other users, {fix}"
             ),
         ),
         Ok(_) if too_low => r.warn(
             "memlock",
-            format!("limit {limit_text} < 64 MiB, yet 64 MiB registered; {fix}"),
+            format!("limit {limit_text} < {probe}, yet {probe} registered; {fix}"),
         ),
         Ok(_) => r.ok(
             "memlock",
-            format!("limit {limit_text}; a 64 MiB region registered"),
+            format!("limit {limit_text}; a {probe} region registered"),
         ),
     }
 }

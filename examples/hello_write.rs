@@ -23,7 +23,7 @@ use verbs::exchange::{self, Session};
 use verbs::wire::tutorial::{ConnInfo, TUTORIAL_BUF_SIZE, TUTORIAL_TCP_PORT};
 use verbs::{
     Access, Context, Deadline, Endpoint, Local, MemoryRegion, ProtectionDomain, QpConfig,
-    QueuePair, RemoteSlice, SendOp, SendRequest,
+    QueuePair, RemoteRegion, RemoteSlice, SendOp, SendRequest,
 };
 
 const BUF_SIZE: usize = 4096;
@@ -236,7 +236,7 @@ fn client(opts: &Options, host: &str) -> Result<(), BoxError> {
     let peer = if opts.tutorial {
         qp.set_psn(0)?;
         let mut local = qp.endpoint();
-        local.regions.push(verbs::RemoteRegion {
+        local.regions.push(RemoteRegion {
             addr: mr.addr(),
             len: BUF_SIZE as u64,
             rkey: mr.rkey(),
@@ -258,29 +258,41 @@ fn client(opts: &Options, host: &str) -> Result<(), BoxError> {
         session.sync(deadline)?; // the server is watching its memory now
     }
 
-    // RDMA Write: the message (with its NUL) into the server's memory.
-    let len = message.len() + 1;
-    let dst = RemoteSlice::new(&region, 0, len as u64)?;
-    let mr = roundtrip(
-        &mut qp,
-        SendOp::Write(dst),
-        Local::range(mr, 0, len).map_err(|(e, _)| e)?,
-    )?;
-    println!("[client] RDMA Write completed.");
-    if opts.tutorial {
-        std::thread::sleep(Duration::from_secs(2)); // as the primer: let the server see it
-    }
-
-    // RDMA Read: the server's memory back into ours.
-    let mut mr = mr;
-    mr.write_at(0, &[0u8; BUF_SIZE])?;
-    let src = RemoteSlice::new(&region, 0, BUF_SIZE as u64)?;
-    let mr = roundtrip(&mut qp, SendOp::Read(src), Local::whole(mr))?;
-    let got = text(&mr);
-    println!("[client] RDMA Read got: '{got}'");
+    // As the primer, the tutorial client gives the server 2 s to see it.
+    let pause = Duration::from_secs(if opts.tutorial { 2 } else { 0 });
+    let got = write_then_read(&mut qp, mr, &region, &message, pause)?;
     if !opts.tutorial {
         session.sync(Instant::now() + Duration::from_secs(60))?;
     }
+    same_as_sent(&got, &message)
+}
+
+/// The client's part of the story: RDMA Write `message` (with its NUL,
+/// already at the start of `mr`) into the server's `region`, wait `pause`,
+/// RDMA Read the region back; returns what came back.
+fn write_then_read(
+    qp: &mut Qp,
+    mr: MemoryRegion,
+    region: &RemoteRegion,
+    message: &str,
+    pause: Duration,
+) -> Result<String, BoxError> {
+    let len = message.len() + 1;
+    let dst = RemoteSlice::new(region, 0, len as u64)?;
+    let local = Local::range(mr, 0, len).map_err(|(e, _)| e)?;
+    let mut mr = roundtrip(qp, SendOp::Write(dst), local)?;
+    println!("[client] RDMA Write completed.");
+    std::thread::sleep(pause);
+    mr.write_at(0, &[0u8; BUF_SIZE])?;
+    let src = RemoteSlice::new(region, 0, BUF_SIZE as u64)?;
+    let mr = roundtrip(qp, SendOp::Read(src), Local::whole(mr))?;
+    let got = text(&mr);
+    println!("[client] RDMA Read got: '{got}'");
+    Ok(got)
+}
+
+/// The client's verdict: the memory read back is the message written.
+fn same_as_sent(got: &str, message: &str) -> Result<(), BoxError> {
     if got == message {
         Ok(())
     } else {
@@ -347,11 +359,12 @@ mod with_cm {
     use std::time::Duration;
 
     use verbs::cm::{self, CmConnection, CmListener};
-    use verbs::{
-        Access, Context, Deadline, ErrorKind, Local, MemoryRegion, QpConfig, RemoteSlice, SendOp,
-    };
+    use verbs::{Access, Context, Deadline, ErrorKind, MemoryRegion, QpConfig};
 
-    use super::{cstring, roundtrip, text, verdict, watch, BoxError, Options, BUF_SIZE, INITIAL};
+    use super::{
+        cstring, same_as_sent, text, verdict, watch, write_then_read, BoxError, Options, BUF_SIZE,
+        INITIAL,
+    };
 
     fn deadline() -> Deadline {
         Deadline::after(Duration::from_secs(60))
@@ -374,11 +387,10 @@ mod with_cm {
                 // Loopback: the device's own IPv4 address (rdma_cm binds to an RDMA netdev).
                 let ctx = Context::open(opts.dev.as_deref())?;
                 let table = ctx.gid_table(1)?;
-                let i = verbs::device::choose_gid_index(&table).ok_or("no usable GID")?;
-                let ip = table
-                    .iter()
-                    .find(|e| e.index == i)
-                    .and_then(|e| e.gid.ipv4())
+                let ip = verbs::device::choose_gid(&table)
+                    .ok_or("no usable GID")?
+                    .gid
+                    .ipv4()
                     .ok_or("no IPv4 GID")?;
                 let addr = SocketAddr::new(Ipv4Addr::from(ip).into(), opts.port);
                 println!("[main] loopback over rdma_cm on {addr}");
@@ -466,26 +478,11 @@ mod with_cm {
         );
         let mut mr = MemoryRegion::new(conn.pd(), BUF_SIZE)?;
         mr.write_at(0, &cstring(&message))?;
-        let len = message.len() + 1;
-        let dst = RemoteSlice::new(&region, 0, len as u64)?;
-        let mut mr = roundtrip(
-            conn.qp(),
-            SendOp::Write(dst),
-            Local::range(mr, 0, len).map_err(|(e, _)| e)?,
-        )?;
-        println!("[client] RDMA Write completed.");
-        std::thread::sleep(Duration::from_millis(500)); // let the server print it
-        mr.write_at(0, &[0u8; BUF_SIZE])?;
-        let src = RemoteSlice::new(&region, 0, BUF_SIZE as u64)?;
-        let mr = roundtrip(conn.qp(), SendOp::Read(src), Local::whole(mr))?;
-        let got = text(&mr);
-        println!("[client] RDMA Read got: '{got}'");
+        // A pause so that the server prints the greeting before the read.
+        let pause = Duration::from_millis(500);
+        let got = write_then_read(conn.qp(), mr, &region, &message, pause)?;
         conn.disconnect()?;
-        if got == message {
-            Ok(())
-        } else {
-            Err(format!("read back {got:?}, expected {message:?}").into())
-        }
+        same_as_sent(&got, &message)
     }
 }
 

@@ -10,7 +10,9 @@ use std::time::Instant;
 
 use verbs::{Access, Arena, ArenaConfig, Context, ProtectionDomain};
 
-const SIZES: [usize; 6] = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
+/// The largest size timed: the scratch area and the arena are sized by it.
+const MAX: usize = 64 << 20;
+const SIZES: [usize; 6] = [4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, MAX];
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
@@ -22,11 +24,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut arena = Arena::new(
         &pd,
         &ArenaConfig {
-            capacity: 128 << 20,
+            capacity: 2 * MAX,
             ..Default::default()
         },
     )?;
-    let scratch = vec![0u8; (64 << 20) + 4096];
+    let scratch = vec![0u8; MAX + 4096];
     let base = (scratch.as_ptr() as usize).next_multiple_of(4096) as *mut u8;
     let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
     println!(
@@ -54,9 +56,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut reg = Vec::with_capacity(reg_iters);
         for _ in 0..reg_iters {
             let t = Instant::now();
-            // SAFETY: `base..base+size` lies inside `scratch` (page-aligned,
-            // 64 MiB + 4 KiB long), which outlives the registration, and no
-            // work request uses it.
+            // SAFETY: `base..base+size` lies inside `scratch` (MAX + 4 KiB
+            // long, `base` its first page boundary, `size` <= MAX), which
+            // outlives the registration, and no work request uses it.
             let mr = unsafe {
                 verbs::sys::verbs_shim_reg_mr(pd.as_raw(), base.cast(), size, access.0 as i32)
             };
