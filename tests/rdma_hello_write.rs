@@ -279,7 +279,16 @@ fn loopback_over_rdma_cm() {
     let outcomes = finish(vec![run]);
     require_success("hello_write --cm (loopback)", &outcomes);
     let what = "hello_write --cm (loopback)";
-    for needles in [BEFORE, WATCHED, AFTER, READ_BACK] {
+    // The same story as over TCP, so also what only the rdma_cm path prints:
+    // its listener, and the region taken from the accept's private data.
+    let over_cm: [&[&str]; 2] = [
+        &["[main] loopback over rdma_cm on "],
+        &["[client] peer addr=", "(from the accept's private data)"],
+    ];
+    for needles in [BEFORE, WATCHED, AFTER, READ_BACK]
+        .into_iter()
+        .chain(over_cm)
+    {
         require_line(what, &outcomes[0], needles, &outcomes);
     }
 }
