@@ -141,9 +141,13 @@ pub(crate) fn check_range(
 ) -> Result<(), Error> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
-        _ => Err(Error::new(call, ErrorKind::InvalidArgument)
-            .with_detail("range past the end of the buffer")),
+        _ => Err(out_of_range(call)),
     }
+}
+
+#[cold]
+fn out_of_range(call: &'static str) -> Error {
+    Error::new(call, ErrorKind::InvalidArgument).with_detail("range past the end of the buffer")
 }
 
 /// Copies from memory a NIC may be writing into `dst`, with volatile
@@ -152,6 +156,7 @@ pub(crate) fn check_range(
 /// # Safety
 ///
 /// `src` must be valid for reads of `dst.len()` bytes.
+#[inline]
 pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
     core::sync::atomic::fence(core::sync::atomic::Ordering::Acquire);
     let mut i = 0;
@@ -180,6 +185,7 @@ pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
 /// # Safety
 ///
 /// `dst` must be valid for writes of `src.len()` bytes.
+#[inline]
 pub(crate) unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
     let mut i = 0;
     while i < src.len() && (dst as usize + i) % 8 != 0 {

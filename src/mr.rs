@@ -119,6 +119,7 @@ impl MemoryRegion {
     }
 
     /// Copies `src` into the region at `offset`.
+    #[inline]
     pub fn write_at(&mut self, offset: usize, src: &[u8]) -> Result<(), Error> {
         check_range("MemoryRegion::write_at", offset, src.len(), self.len())?;
         // SAFETY: range checked above; `&mut self` means no work request owns the region.
@@ -127,6 +128,7 @@ impl MemoryRegion {
     }
 
     /// Copies from the region at `offset` into `dst`.
+    #[inline]
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
         check_range("MemoryRegion::read_at", offset, dst.len(), self.len())?;
         // SAFETY: range checked above.

@@ -262,6 +262,7 @@ impl ArenaBuf {
     }
 
     /// Copies `src` into the buffer at `offset`.
+    #[inline]
     pub fn write_at(&mut self, offset: usize, src: &[u8]) -> Result<(), Error> {
         check_range("ArenaBuf::write_at", offset, src.len(), self.len)?;
         // SAFETY: range checked; the buffer owns it (not in flight: we have it).
@@ -270,6 +271,7 @@ impl ArenaBuf {
     }
 
     /// Copies from the buffer at `offset` into `dst`.
+    #[inline]
     pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
         check_range("ArenaBuf::read_at", offset, dst.len(), self.len)?;
         // SAFETY: range checked.

@@ -120,14 +120,13 @@ impl<B> InFlight<B> {
         // Taken by reference, as moving the request's array by value costs a
         // copy of all of it; every entry is taken, so the caller's drop of
         // the emptied array compiles to nothing.
-        for (i, (dst, src)) in slot.bufs.iter_mut().zip(locals.iter_mut()).enumerate() {
-            if let Some(local) = src.take() {
-                if let Some(stale) = dst.take() {
-                    drop_cold(stale); // never: a free slot holds no buffers
-                }
-                *dst = Some(local.buf);
-                n = i as u8 + 1;
+        for (dst, src) in slot.bufs.iter_mut().zip(locals.iter_mut()) {
+            let Some(local) = src.take() else { break }; // a prefix, as documented
+            if let Some(stale) = dst.take() {
+                drop_cold(stale); // never: a free slot holds no buffers
             }
+            *dst = Some(local.buf);
+            n += 1;
         }
         slot.nbufs = n;
         self.tail += 1;
