@@ -4,6 +4,8 @@
 //! are built on the stack, the tables were sized at creation.
 #![allow(unsafe_code)]
 
+use core::mem::MaybeUninit;
+
 use crate::cq::{WcOpcode, WcStatus, WorkCompletion};
 use crate::error::{Error, ErrorKind};
 use crate::memory::LocalBuf;
@@ -277,15 +279,20 @@ impl<B: LocalBuf> QueuePair<B> {
             return Ok(0);
         }
         self.check_can_send("post_send_chain", count as u64)?;
-        let mut wrs = [sys::ibv_send_wr::zeroed(); MAX_CHAIN];
-        let mut sges = [[sys::ibv_sge::default(); MAX_SGE]; MAX_CHAIN];
+        // Only the first `count` entries are written and handed to the
+        // provider: zeroing all MAX_CHAIN of them (6 KiB) cost more per
+        // request than building the requests did.
+        let mut wrs = [const { MaybeUninit::<sys::ibv_send_wr>::uninit() }; MAX_CHAIN];
+        let mut sges = [const { MaybeUninit::<[sys::ibv_sge; MAX_SGE]>::uninit() }; MAX_CHAIN];
         let mut signaled = [false; MAX_CHAIN];
         let run = self.unsignaled_run;
         let first = self.send.next_seq();
         for i in 0..count {
             let Some(req) = reqs[i].as_ref() else { break };
             let remaining = (count - 1 - i) as u64;
-            match self.build_send(req, &mut wrs[i], &mut sges[i], first + i as u64, remaining) {
+            let wr = wrs[i].write(sys::ibv_send_wr::zeroed());
+            let sge = sges[i].write([sys::ibv_sge::default(); MAX_SGE]);
+            match self.build_send(req, wr, sge, first + i as u64, remaining) {
                 Ok(s) => signaled[i] = s,
                 Err(e) => {
                     self.unsignaled_run = run;
@@ -293,22 +300,24 @@ impl<B: LocalBuf> QueuePair<B> {
                 }
             }
         }
-        for i in 0..count {
-            wrs[i].sg_list = sges[i].as_mut_ptr();
-            if i + 1 < count {
-                wrs[i].next = &mut wrs[i + 1];
-            }
+        let chain = wrs.as_mut_ptr().cast::<sys::ibv_send_wr>();
+        for i in 0..count - 1 {
+            // SAFETY: entries 0..count were written in the loop above (it
+            // returned early otherwise), and i + 1 < count.
+            unsafe { (*chain.add(i)).next = chain.add(i + 1) };
         }
         let mut bad: *mut sys::ibv_send_wr = core::ptr::null_mut();
-        // SAFETY: live QP; the chain and its SGEs live on this stack frame
-        // for the call; the buffers they name are owned by `reqs`, from which
-        // every posted request moves into the in-flight table below.
-        let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), wrs.as_mut_ptr(), &mut bad) };
+        // SAFETY: live QP; the chain (its first `count` entries, written
+        // above, the last one's `next` NULL from zeroed()) and their SGEs
+        // live on this stack frame for the call; the buffers they name are
+        // owned by `reqs`, from which every posted request moves into the
+        // in-flight table below.
+        let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), chain, &mut bad) };
         let result = crate::ret::check_rc("ibv_post_send", rc);
         let posted = match result {
             Ok(()) => count,
             Err(_) if !bad.is_null() => {
-                (bad as usize - wrs.as_ptr() as usize) / core::mem::size_of::<sys::ibv_send_wr>()
+                (bad as usize - chain as usize) / core::mem::size_of::<sys::ibv_send_wr>()
             }
             Err(_) => 0,
         };
