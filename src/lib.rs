@@ -49,7 +49,7 @@ pub use gid::Gid;
 pub use memory::LocalBuf;
 pub use mr::{Access, MemoryRegion};
 pub use pd::ProtectionDomain;
-pub use qp::{Completion, ConnectOptions, PostError, QpConfig, QueuePair};
+pub use qp::{Completion, CompletionRef, ConnectOptions, PostError, Prepared, QpConfig, QueuePair};
 pub use srq::SharedReceiveQueue;
 pub use time::Deadline;
 pub use wr::{Local, RecvRequest, RemoteSlice, SendOp, SendRequest};

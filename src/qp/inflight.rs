@@ -10,7 +10,12 @@ use alloc::vec::Vec;
 use core::mem::ManuallyDrop;
 
 use crate::cq::{WcOpcode, WcStatus};
+
+use super::prepared::Prepared;
 use crate::wr::{Local, MAX_SGE};
+
+/// `Slot::prepared` of a request posted with its own buffers.
+pub(crate) const NOT_PREPARED: u32 = u32::MAX;
 
 /// What the queue pair keeps of a posted request until it completes.
 pub(crate) struct Slot<B> {
@@ -19,6 +24,9 @@ pub(crate) struct Slot<B> {
     /// which get no completion entry of their own).
     pub(crate) opcode: WcOpcode,
     pub(crate) signaled: bool,
+    /// The prepared request this post is of (its index in the queue pair's
+    /// table), or `NOT_PREPARED`.
+    pub(crate) prepared: u32,
     /// How many of `bufs` (a prefix) hold buffers.
     nbufs: u8,
     /// All `None` while the slot is free.
@@ -43,6 +51,23 @@ impl<B> Slot<B> {
                     *d3 = b3.take();
                 }
             }
+        }
+    }
+
+    /// Takes the first buffer still held.
+    #[inline(always)]
+    pub(crate) fn take_first(&mut self) -> Option<B> {
+        let n = usize::from(self.nbufs);
+        self.bufs[..n].iter_mut().find_map(Option::take)
+    }
+
+    /// Drops the buffers nobody took, leaving the slot free.
+    #[inline(always)]
+    pub(crate) fn drop_leftover(&mut self) {
+        let n = usize::from(self.nbufs);
+        self.nbufs = 0;
+        if self.bufs[..n].iter().any(Option::is_some) {
+            drop_cold(core::mem::take(&mut self.bufs));
         }
     }
 }
@@ -70,6 +95,7 @@ impl<B> InFlight<B> {
             tag: 0,
             opcode: WcOpcode::SEND,
             signaled: false,
+            prepared: NOT_PREPARED,
             nbufs: 0,
             bufs: [None, None, None, None],
         });
@@ -116,6 +142,7 @@ impl<B> InFlight<B> {
         slot.tag = tag;
         slot.opcode = opcode;
         slot.signaled = signaled;
+        slot.prepared = NOT_PREPARED;
         let mut n = 0;
         // Taken by reference, as moving the request's array by value costs a
         // copy of all of it; every entry is taken, so the caller's drop of
@@ -131,6 +158,20 @@ impl<B> InFlight<B> {
         slot.nbufs = n;
         self.tail += 1;
         seq
+    }
+
+    /// Records a post of prepared request `index`, whose buffers stay in
+    /// the prepared table. The caller checked `!is_full()`.
+    #[inline(always)]
+    pub(crate) fn push_prepared(&mut self, tag: u64, opcode: WcOpcode, signaled: bool, index: u32) {
+        debug_assert!(!self.is_full());
+        let slot = &mut self.slots[(self.tail & self.mask) as usize];
+        slot.tag = tag;
+        slot.opcode = opcode;
+        slot.signaled = signaled;
+        slot.prepared = index;
+        slot.nbufs = 0;
+        self.tail += 1;
     }
 
     /// True when `seq` is in flight.
@@ -176,6 +217,8 @@ pub struct Completion<B> {
     pub(crate) bufs: Bufs<B>,
     /// For a receive on a shared receive queue: its id there (0 otherwise).
     pub(crate) srq_wr_id: u64,
+    /// The prepared request this was a post of.
+    pub(crate) prepared: Option<Prepared>,
 }
 
 impl<B> Completion<B> {
@@ -194,24 +237,21 @@ impl<B> Completion<B> {
         if self.status == WcStatus::SUCCESS {
             return Ok(());
         }
-        Err(self.error())
+        Err(completion_error(
+            self.is_recv,
+            self.status,
+            self.opcode,
+            self.tag,
+            self.vendor_err,
+        ))
     }
 
-    #[cold]
-    fn error(&self) -> crate::error::Error {
-        crate::error::Error::new(
-            if self.is_recv {
-                "receive completion"
-            } else {
-                "send completion"
-            },
-            crate::error::ErrorKind::Completion(crate::error::WcError {
-                status: self.status,
-                opcode: self.opcode,
-                wr_id: self.tag,
-                vendor_err: self.vendor_err,
-            }),
-        )
+    /// The prepared request this completion is of
+    /// ([`QueuePair::post_prepared`](super::QueuePair::post_prepared)); its
+    /// buffers stayed with the queue pair, so `take_buf` gives `None`.
+    #[inline]
+    pub fn prepared(&self) -> Option<Prepared> {
+        self.prepared
     }
 
     /// Takes the first buffer back (most requests have exactly one).
@@ -229,6 +269,30 @@ impl<B> Completion<B> {
     pub fn into_bufs(mut self) -> impl Iterator<Item = B> {
         core::mem::take(&mut *self.bufs.0).into_iter().flatten()
     }
+}
+
+/// The error a failed completion means.
+#[cold]
+pub(crate) fn completion_error(
+    is_recv: bool,
+    status: WcStatus,
+    opcode: WcOpcode,
+    tag: u64,
+    vendor_err: u32,
+) -> crate::error::Error {
+    crate::error::Error::new(
+        if is_recv {
+            "receive completion"
+        } else {
+            "send completion"
+        },
+        crate::error::ErrorKind::Completion(crate::error::WcError {
+            status,
+            opcode,
+            wr_id: tag,
+            vendor_err,
+        }),
+    )
 }
 
 /// The buffers a completion returns. Its drop tests inline and frees out of

@@ -3,16 +3,20 @@
 //! data path.
 #![allow(unsafe_code)]
 
+mod completion_ref;
 mod connect;
 mod inflight;
 mod post;
+mod prepared;
 
 use core::ptr::NonNull;
 
+pub use completion_ref::CompletionRef;
 pub use connect::{ConnectOptions, PathInfo};
 pub(crate) use inflight::Bufs;
 pub use inflight::Completion;
 pub use post::{PostError, MAX_CHAIN};
+pub use prepared::Prepared;
 
 use crate::cq::CompletionQueue;
 use crate::device::{choose_gid, validate_gid_index, GidEntry, LinkLayer, PortAttr};
@@ -100,6 +104,8 @@ pub struct QueuePair<B: LocalBuf> {
     recv: InFlight<B>,
     unsignaled_run: u64,
     has_srq: bool,
+    /// Requests kept for posting again (`prepared`), with their buffers.
+    prepared: prepared::PreparedTable<B>,
 }
 
 // SAFETY: the QP owns its in-flight buffers (B: Send) and its verbs handle,
@@ -202,6 +208,7 @@ impl<B: LocalBuf> QueuePair<B> {
             recv: InFlight::new(caps.max_recv_wr),
             unsignaled_run: 0,
             has_srq: srq.is_some(),
+            prepared: prepared::PreparedTable::new(),
         };
         Ok(this)
     }

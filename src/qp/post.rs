@@ -13,7 +13,8 @@ use crate::sys::{self, ibv_send_flags as F, Zeroed};
 use crate::time::Deadline;
 use crate::wr::{Local, RecvRequest, SendOp, SendRequest, MAX_SGE};
 
-use super::inflight::{Bufs, Completion};
+use super::completion_ref::CompletionRef;
+use super::inflight::{Completion, NOT_PREPARED};
 use super::{QpState, QueuePair};
 
 /// Most requests posted with one doorbell by [`QueuePair::post_send_chain`].
@@ -21,9 +22,9 @@ pub const MAX_CHAIN: usize = 32;
 
 /// Work request ids: bit 63 marks the receive queue, bit 62 a request
 /// posted through the raw API; the rest is the in-flight sequence number.
-const RECV_BIT: u64 = 1 << 63;
+pub(super) const RECV_BIT: u64 = 1 << 63;
 const RAW_BIT: u64 = 1 << 62;
-const SEQ_MASK: u64 = RAW_BIT - 1;
+pub(super) const SEQ_MASK: u64 = RAW_BIT - 1;
 
 /// What to check when a wait for a completion times out.
 const DEAD_PEER_HINT: &str = "is the peer alive and connected? an RC QP retries for timeout x \
@@ -47,7 +48,7 @@ impl<R> core::fmt::Display for PostError<R> {
 /// Scatter/gather entries of a request's local buffers (a prefix of
 /// `locals`, as the request types keep them): their count and total length.
 #[inline]
-fn fill_sges<B: LocalBuf>(
+pub(super) fn fill_sges<B: LocalBuf>(
     locals: &[Option<Local<B>>; MAX_SGE],
     sges: &mut [sys::ibv_sge; MAX_SGE],
 ) -> Result<(i32, u64), Error> {
@@ -69,7 +70,7 @@ fn fill_sges<B: LocalBuf>(
     Ok((n, total))
 }
 
-fn expected_opcode(op: &SendOp) -> WcOpcode {
+pub(super) fn expected_opcode(op: &SendOp) -> WcOpcode {
     match op {
         SendOp::Write(_) | SendOp::WriteImm(..) => WcOpcode::RDMA_WRITE,
         SendOp::Read(_) => WcOpcode::RDMA_READ,
@@ -81,7 +82,7 @@ fn expected_opcode(op: &SendOp) -> WcOpcode {
 
 /// Fills `wr` for `op`, checking what the NIC would otherwise reject late.
 #[inline]
-fn fill_op(wr: &mut sys::ibv_send_wr, op: &SendOp, local_len: u64) -> Result<(), Error> {
+pub(super) fn fill_op(wr: &mut sys::ibv_send_wr, op: &SendOp, local_len: u64) -> Result<(), Error> {
     use sys::ibv_wr_opcode as O;
     let rdma = |wr: &mut sys::ibv_send_wr, r: &crate::wr::RemoteSlice| -> Result<(), Error> {
         if local_len > r.len {
@@ -162,7 +163,7 @@ fn fill_op(wr: &mut sys::ibv_send_wr, op: &SendOp, local_len: u64) -> Result<(),
 
 impl<B: LocalBuf> QueuePair<B> {
     #[inline]
-    fn check_can_send(&self, call: &'static str, extra: u64) -> Result<(), Error> {
+    pub(super) fn check_can_send(&self, call: &'static str, extra: u64) -> Result<(), Error> {
         if self.state != QpState::RTS || self.send.len() + extra > self.send.capacity() {
             return Err(self.cannot_send(call));
         }
@@ -185,19 +186,15 @@ impl<B: LocalBuf> QueuePair<B> {
             )
     }
 
-    /// Signals this request if the caller asked, or if leaving it unsignaled
-    /// could let unsignaled requests fill the send queue (a deadlock: their
-    /// slots are freed only by a later signaled completion).
+    /// [`signal_decision`] on this queue pair's send queue.
     #[inline]
     fn decide_signal(&mut self, asked: bool, remaining_in_chain: u64) -> bool {
-        let forced = self.unsignaled_run + 1 + remaining_in_chain >= self.send.capacity() / 2;
-        if asked || forced {
-            self.unsignaled_run = 0;
-            true
-        } else {
-            self.unsignaled_run += 1;
-            false
-        }
+        signal_decision(
+            &mut self.unsignaled_run,
+            self.send.capacity(),
+            asked,
+            remaining_in_chain,
+        )
     }
 
     /// Fills `wr` (zeroed by the caller) and `sges` for `req`.
@@ -444,7 +441,7 @@ impl<B: LocalBuf> QueuePair<B> {
     }
 
     #[cold]
-    fn cannot_recv(&self) -> Error {
+    pub(super) fn cannot_recv(&self) -> Error {
         if self.state == QpState::RESET || self.state == QpState::ERR {
             Error::new("post_recv", ErrorKind::BadState)
                 .with_detail("receives need INIT, RTR or RTS")
@@ -506,16 +503,25 @@ impl<B: LocalBuf> QueuePair<B> {
     /// false`) when the next signaled request of its queue completes.
     /// Returns the number handed back. Never blocks, never allocates.
     #[inline(always)]
-    pub fn poll(&mut self, on_done: impl FnMut(Completion<B>)) -> Result<usize, Error> {
+    pub fn poll(&mut self, mut on_done: impl FnMut(Completion<B>)) -> Result<usize, Error> {
+        self.poll_up_to(16, |c| on_done(c.into_owned()))
+    }
+
+    /// [`QueuePair::poll`], lending each finished request instead of
+    /// building a [`Completion`]: fields are read from the entry on demand
+    /// and a buffer moves only on `take_buf`; buffers the callback leaves
+    /// are dropped when it returns. The cheapest way to poll.
+    #[inline(always)]
+    pub fn poll_ref(&mut self, on_done: impl FnMut(CompletionRef<'_, B>)) -> Result<usize, Error> {
         self.poll_up_to(16, on_done)
     }
 
-    /// [`QueuePair::poll`] taking at most `max` (≤ 16) entries off the CQ.
+    /// [`QueuePair::poll_ref`] taking at most `max` (≤ 16) entries off the CQ.
     #[inline(always)]
     fn poll_up_to(
         &mut self,
         max: usize,
-        mut on_done: impl FnMut(Completion<B>),
+        mut on_done: impl FnMut(CompletionRef<'_, B>),
     ) -> Result<usize, Error> {
         // Uninitialized: zeroing 768 bytes per poll showed up in profiles.
         let mut wcs = [core::mem::MaybeUninit::<WorkCompletion>::uninit(); 16];
@@ -593,7 +599,7 @@ impl<B: LocalBuf> QueuePair<B> {
         loop {
             let mut last = None;
             // Completions come in post order: the signaled one is the last.
-            self.poll_up_to(1, |c| last = Some(c))?;
+            self.poll_up_to(1, |c| last = Some(c.into_owned()))?;
             if let Some(c) = last {
                 return Ok(c);
             }
@@ -608,15 +614,21 @@ impl<B: LocalBuf> QueuePair<B> {
     /// Hands back the requests completion `wc` finishes: on its queue, every
     /// request up to the one it names (the earlier ones were unsignaled).
     #[inline(always)]
-    fn retire(&mut self, wc: &WorkCompletion, on_done: &mut impl FnMut(Completion<B>)) -> usize {
+    fn retire(
+        &mut self,
+        wc: &WorkCompletion,
+        on_done: &mut impl FnMut(CompletionRef<'_, B>),
+    ) -> usize {
         let id = wc.wr_id();
-        let status = wc.status();
-        if status != WcStatus::SUCCESS {
+        if wc.status() != WcStatus::SUCCESS {
             self.state = QpState::ERR; // every later request will flush
         }
-        let foreign = id & RECV_BIT == 0 && id & (crate::srq::SRQ_BIT | RAW_BIT) != 0;
         let is_recv = id & RECV_BIT != 0;
+        // A receive on a shared receive queue (its buffers are with the
+        // SRQ) or a raw post (no buffers): no slot here.
+        let foreign = !is_recv && id & (crate::srq::SRQ_BIT | RAW_BIT) != 0;
         let seq = id & SEQ_MASK;
+        let qp_num = self.qp_num();
         let queue = if is_recv {
             &mut self.recv
         } else {
@@ -626,53 +638,25 @@ impl<B: LocalBuf> QueuePair<B> {
             return 0; // not ours (a stale id): nothing to return
         }
         let mut delivered = 0;
-        // One call site of `on_done`, so that the caller's closure is
-        // inlined, and one completion value filled in place.
+        // One call site of `on_done`, so that the caller's closure is inlined.
         loop {
-            let mut c = Completion {
-                tag: 0,
-                is_recv,
-                status,
-                opcode: wc.opcode(),
-                byte_len: wc.byte_len(),
-                imm: wc.imm(),
-                signaled: true,
-                vendor_err: wc.0.vendor_err,
-                bufs: Bufs::new([None, None, None, None]),
-                srq_wr_id: 0,
-            };
-            let last = if foreign {
-                // A receive on a shared receive queue (its buffers are with
-                // the SRQ) or a raw post (no buffers).
-                if id & crate::srq::SRQ_BIT != 0 {
-                    c.is_recv = true;
-                    c.srq_wr_id = id;
-                } else {
-                    c.tag = seq;
-                }
-                true
+            let (slot, own_entry, prepared) = if foreign {
+                (None, true, None)
             } else {
                 let Some((s, slot)) = queue.pop() else { break };
-                c.tag = slot.tag;
-                c.signaled = slot.signaled;
-                slot.take_bufs_into(&mut c.bufs);
-                if s != seq {
-                    // Completed by the later completion `seq` on the same
-                    // queue (it was unsignaled): no entry of its own.
-                    c.status = WcStatus::SUCCESS;
-                    c.opcode = slot.opcode;
-                    c.byte_len = 0;
-                    c.imm = None;
-                    c.vendor_err = 0;
-                } else if status != WcStatus::SUCCESS {
-                    // The entry's opcode is undefined on errors: report what was posted.
-                    c.opcode = slot.opcode;
-                }
-                s == seq
+                let prepared = (slot.prepared != NOT_PREPARED)
+                    .then(|| self.prepared.completed(is_recv, slot.prepared, qp_num));
+                (Some(slot), s == seq, prepared)
             };
-            on_done(c);
+            on_done(CompletionRef {
+                wc,
+                slot,
+                own_entry,
+                is_recv: is_recv || (foreign && id & crate::srq::SRQ_BIT != 0),
+                prepared,
+            });
             delivered += 1;
-            if last {
+            if own_entry {
                 break;
             }
         }
@@ -681,7 +665,7 @@ impl<B: LocalBuf> QueuePair<B> {
 }
 
 #[inline]
-fn flags(signaled: bool, fence: bool, solicited: bool, inline: bool) -> F {
+pub(super) fn flags(signaled: bool, fence: bool, solicited: bool, inline: bool) -> F {
     let mut f = F::EMPTY;
     if signaled {
         f |= F::SIGNALED;
@@ -698,8 +682,23 @@ fn flags(signaled: bool, fence: bool, solicited: bool, inline: bool) -> F {
     f
 }
 
+/// Signals a request if the caller asked, or if leaving it unsignaled could
+/// let unsignaled requests fill the send queue (a deadlock: their slots are
+/// freed only by a later signaled completion). `run` counts the unsignaled
+/// requests since the last signaled one.
+#[inline(always)]
+pub(super) fn signal_decision(run: &mut u64, capacity: u64, asked: bool, remaining: u64) -> bool {
+    if asked || *run + 1 + remaining >= capacity / 2 {
+        *run = 0;
+        true
+    } else {
+        *run += 1;
+        false
+    }
+}
+
 #[cold]
-fn post_hint(e: Error) -> Error {
+pub(super) fn post_hint(e: Error) -> Error {
     match e.errno() {
         Some(libc::ENOMEM) => {
             e.with_hint("the send queue is full on the device side: poll completions")

@@ -1,0 +1,378 @@
+//! Prepared requests: built and checked once, then posted again and again,
+//! as perftest posts one prebuilt work request. A post then only stamps a
+//! sequence number, refreshes the scatter/gather entries from the buffers
+//! the request owns, and rings the doorbell; its completion hands no buffer
+//! back, because the buffers stay with the queue pair until
+//! [`QueuePair::release_prepared`].
+//!
+//! Between posts [`QueuePair::prepared_buf`] lends the first buffer out, and
+//! refuses while any post of the request is in flight. The entries are
+//! rebuilt from whatever buffer the slot holds at each post, so a buffer
+//! swapped in through that `&mut` is used (and owned) the same way.
+#![allow(unsafe_code)]
+
+use alloc::vec::Vec;
+
+use crate::cq::WcOpcode;
+use crate::error::{Error, ErrorKind};
+use crate::memory::LocalBuf;
+use crate::sys::{self, ibv_send_flags as F, Zeroed};
+use crate::wr::{Local, RecvRequest, SendRequest, MAX_SGE};
+
+use super::post::{
+    expected_opcode, fill_op, fill_sges, flags, post_hint, signal_decision, PostError, RECV_BIT,
+};
+use super::{QpState, QueuePair};
+
+/// A request a queue pair keeps for posting again: a handle, valid on the
+/// queue pair that prepared it until released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Prepared {
+    index: u32,
+    /// Of the entry when prepared: a handle kept past its release does not
+    /// reach the request prepared next in the same entry.
+    generation: u32,
+    qp_num: u32,
+    recv: bool,
+}
+
+impl Prepared {
+    /// True for a receive.
+    pub fn is_recv(&self) -> bool {
+        self.recv
+    }
+}
+
+/// One kept request.
+pub(crate) struct Entry<B> {
+    /// The send work request, filled once (unused for receives).
+    wr: sys::ibv_send_wr,
+    /// Refreshed from `bufs` and `spans` at every post.
+    sges: [sys::ibv_sge; MAX_SGE],
+    /// Offset and length of each scatter/gather entry in its buffer.
+    spans: [(usize, u32); MAX_SGE],
+    bufs: [Option<B>; MAX_SGE],
+    nbufs: usize,
+    tag: u64,
+    opcode: WcOpcode,
+    signaled: bool,
+    /// Send flags but `SIGNALED`, which is decided at each post.
+    flags: F,
+    /// Posts not yet completed: the buffers are the NIC's while non-zero.
+    in_flight: u32,
+    /// False once released: free for the next prepare.
+    live: bool,
+    /// Bumped at every release.
+    generation: u32,
+}
+
+impl<B: LocalBuf> Entry<B> {
+    fn new(wr: sys::ibv_send_wr, locals: &mut [Option<Local<B>>; MAX_SGE]) -> Entry<B> {
+        let mut entry = Entry {
+            wr,
+            sges: [sys::ibv_sge::default(); MAX_SGE],
+            spans: [(0, 0); MAX_SGE],
+            bufs: [None, None, None, None],
+            nbufs: 0,
+            tag: 0,
+            opcode: WcOpcode::SEND,
+            signaled: true,
+            flags: F::EMPTY,
+            in_flight: 0,
+            live: true,
+            generation: 0,
+        };
+        for (i, l) in locals.iter_mut().enumerate() {
+            let Some(l) = l.take() else { break };
+            // `fill_sges` checked that every length fits in 32 bits.
+            entry.spans[i] = (l.offset, l.len as u32);
+            entry.bufs[i] = Some(l.buf);
+            entry.nbufs = i + 1;
+        }
+        entry
+    }
+
+    /// Rebuilds the scatter/gather entries from the buffers held now, and
+    /// returns how many there are.
+    #[inline(always)]
+    fn refresh_sges(&mut self) -> Result<i32, Error> {
+        for i in 0..self.nbufs {
+            let (offset, length) = self.spans[i];
+            let Some(buf) = &self.bufs[i] else {
+                return Err(gone());
+            };
+            // A buffer swapped in through `prepared_buf` may be shorter.
+            if offset + length as usize > buf.len() {
+                return Err(Error::invalid(
+                    "post_prepared",
+                    "the buffer is shorter than the prepared range",
+                ));
+            }
+            self.sges[i] = sys::ibv_sge {
+                addr: buf.addr() + offset as u64,
+                length,
+                lkey: buf.lkey(),
+            };
+        }
+        Ok(self.nbufs as i32)
+    }
+
+    fn take_bufs(&mut self) -> impl Iterator<Item = B> {
+        self.live = false;
+        self.generation = self.generation.wrapping_add(1);
+        self.nbufs = 0;
+        core::mem::take(&mut self.bufs).into_iter().flatten()
+    }
+}
+
+/// The prepared requests of one queue pair, per queue. Entries are reused
+/// after release, so a loop that prepares and releases per run does not
+/// grow the table.
+pub(crate) struct PreparedTable<B> {
+    sends: Vec<Entry<B>>,
+    recvs: Vec<Entry<B>>,
+}
+
+impl<B: LocalBuf> PreparedTable<B> {
+    pub(crate) fn new() -> PreparedTable<B> {
+        PreparedTable {
+            sends: Vec::new(),
+            recvs: Vec::new(),
+        }
+    }
+
+    /// Stores `entry`, in a released slot if there is one (allocates
+    /// otherwise: setup time). Returns its index and generation.
+    fn insert(&mut self, recv: bool, mut entry: Entry<B>) -> (u32, u32) {
+        let table = if recv {
+            &mut self.recvs
+        } else {
+            &mut self.sends
+        };
+        match table.iter().position(|e| !e.live) {
+            Some(i) => {
+                entry.generation = table[i].generation;
+                table[i] = entry;
+                (i as u32, table[i].generation)
+            }
+            None => {
+                table.push(entry);
+                ((table.len() - 1) as u32, 0)
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn entry(&mut self, p: Prepared) -> Result<&mut Entry<B>, Error> {
+        let table = if p.recv {
+            &mut self.recvs
+        } else {
+            &mut self.sends
+        };
+        match table.get_mut(p.index as usize) {
+            Some(e) if e.live && e.generation == p.generation => Ok(e),
+            _ => Err(gone()),
+        }
+    }
+
+    /// A post of entry `index` completed: its buffers are the caller's
+    /// again once no other post of it is in flight. Returns its handle.
+    #[inline(always)]
+    pub(crate) fn completed(&mut self, recv: bool, index: u32, qp_num: u32) -> Prepared {
+        let table = if recv {
+            &mut self.recvs
+        } else {
+            &mut self.sends
+        };
+        let mut generation = 0;
+        if let Some(e) = table.get_mut(index as usize) {
+            e.in_flight -= 1;
+            generation = e.generation;
+        }
+        Prepared {
+            index,
+            generation,
+            qp_num,
+            recv,
+        }
+    }
+}
+
+#[cold]
+fn gone() -> Error {
+    Error::invalid(
+        "prepared request",
+        "not prepared on this queue pair, or released",
+    )
+}
+
+#[cold]
+fn busy(call: &'static str) -> Error {
+    Error::new(call, ErrorKind::BadState)
+        .with_detail("a post of this prepared request is still in flight")
+        .with_hint("poll until its completion comes back")
+}
+
+impl<B: LocalBuf> QueuePair<B> {
+    /// Keeps `req` for posting with [`QueuePair::post_prepared`]: its
+    /// operation, flags and tag are checked and fixed now, and its buffers
+    /// stay with the queue pair until [`QueuePair::release_prepared`].
+    /// Setup time: may allocate a table entry.
+    #[allow(clippy::result_large_err)]
+    pub fn prepare_send(
+        &mut self,
+        mut req: SendRequest<B>,
+    ) -> Result<Prepared, PostError<SendRequest<B>>> {
+        let mut wr = sys::ibv_send_wr::zeroed();
+        let mut sges = [sys::ibv_sge::default(); MAX_SGE];
+        let checked =
+            fill_sges(&req.locals, &mut sges).and_then(|(_, len)| fill_op(&mut wr, &req.op, len));
+        if let Err(error) = checked {
+            return Err(PostError {
+                error,
+                request: req,
+            });
+        }
+        let mut entry = Entry::new(wr, &mut req.locals);
+        entry.flags = flags(false, req.flags.fence, req.flags.solicited, false);
+        entry.tag = req.tag;
+        entry.opcode = expected_opcode(&req.op);
+        entry.signaled = req.flags.signaled;
+        let (index, generation) = self.prepared.insert(false, entry);
+        Ok(Prepared {
+            index,
+            generation,
+            qp_num: self.qp_num(),
+            recv: false,
+        })
+    }
+
+    /// Keeps `req` for posting with [`QueuePair::post_prepared`], as
+    /// [`QueuePair::prepare_send`] does for sends.
+    #[allow(clippy::result_large_err)]
+    pub fn prepare_recv(
+        &mut self,
+        mut req: RecvRequest<B>,
+    ) -> Result<Prepared, PostError<RecvRequest<B>>> {
+        let mut sges = [sys::ibv_sge::default(); MAX_SGE];
+        if let Err(error) = fill_sges(&req.locals, &mut sges) {
+            return Err(PostError {
+                error,
+                request: req,
+            });
+        }
+        let mut entry = Entry::new(sys::ibv_send_wr::zeroed(), &mut req.locals);
+        entry.tag = req.tag;
+        entry.opcode = WcOpcode::RECV;
+        let (index, generation) = self.prepared.insert(true, entry);
+        Ok(Prepared {
+            index,
+            generation,
+            qp_num: self.qp_num(),
+            recv: true,
+        })
+    }
+
+    /// Posts a prepared request (again). Its completion comes back from
+    /// [`poll`](QueuePair::poll) with the request's tag,
+    /// [`Completion::prepared`](super::Completion::prepared) set and no
+    /// buffers. A request may be posted again before an earlier post of it
+    /// completed (the same source sent twice, say).
+    #[inline(always)]
+    pub fn post_prepared(&mut self, p: Prepared) -> Result<(), Error> {
+        if p.qp_num != self.qp_num() {
+            return Err(gone());
+        }
+        if p.recv {
+            return self.post_prepared_recv(p);
+        }
+        self.check_can_send("post_prepared", 1)?;
+        let seq = self.send.next_seq();
+        let capacity = self.send.capacity();
+        let mut run = self.unsignaled_run;
+        let entry = self.prepared.entry(p)?;
+        let num_sge = entry.refresh_sges()?;
+        let signaled = signal_decision(&mut run, capacity, entry.signaled, 0);
+        entry.wr.wr_id = seq;
+        entry.wr.sg_list = entry.sges.as_mut_ptr();
+        entry.wr.num_sge = num_sge;
+        entry.wr.next = core::ptr::null_mut();
+        entry.wr.send_flags = if signaled {
+            entry.flags | F::SIGNALED
+        } else {
+            entry.flags
+        };
+        let mut bad = core::ptr::null_mut();
+        // SAFETY: live QP; `wr` and `sges` are valid for the call and name
+        // buffers the entry owns, which stay in the table, out of reach
+        // (`in_flight` > 0 refuses `prepared_buf` and release), until the
+        // completion is polled.
+        let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), &mut entry.wr, &mut bad) };
+        crate::ret::check_rc("ibv_post_send", rc).map_err(post_hint)?;
+        entry.in_flight += 1;
+        self.unsignaled_run = run;
+        self.send
+            .push_prepared(entry.tag, entry.opcode, signaled, p.index);
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn post_prepared_recv(&mut self, p: Prepared) -> Result<(), Error> {
+        if self.state == QpState::RESET
+            || self.state == QpState::ERR
+            || self.has_srq
+            || self.recv.is_full()
+        {
+            return Err(self.cannot_recv());
+        }
+        let seq = self.recv.next_seq();
+        let entry = self.prepared.entry(p)?;
+        let num_sge = entry.refresh_sges()?;
+        let mut wr = sys::ibv_recv_wr {
+            wr_id: RECV_BIT | seq,
+            next: core::ptr::null_mut(),
+            sg_list: entry.sges.as_mut_ptr(),
+            num_sge,
+        };
+        let mut bad = core::ptr::null_mut();
+        // SAFETY: live QP; `wr` and the entry's `sges` are valid for the
+        // call and name buffers the entry keeps out of reach until the
+        // receive completes (as in `post_prepared`).
+        let rc = unsafe { sys::verbs_shim_post_recv(self.qp.as_ptr(), &mut wr, &mut bad) };
+        crate::ret::check_rc("ibv_post_recv", rc)?;
+        entry.in_flight += 1;
+        let tag = entry.tag;
+        self.recv.push_prepared(tag, WcOpcode::RECV, true, p.index);
+        Ok(())
+    }
+
+    /// The first buffer of a prepared request, to read what a receive or a
+    /// Read brought or to write what the next post sends. Refused while a
+    /// post of the request is in flight.
+    #[inline]
+    pub fn prepared_buf(&mut self, p: Prepared) -> Result<&mut B, Error> {
+        if p.qp_num != self.qp_num() {
+            return Err(gone());
+        }
+        let entry = self.prepared.entry(p)?;
+        if entry.in_flight != 0 {
+            return Err(busy("prepared_buf"));
+        }
+        entry.bufs[0]
+            .as_mut()
+            .ok_or_else(|| Error::invalid("prepared_buf", "the request has no buffer"))
+    }
+
+    /// Ends a prepared request and hands its buffers back (in
+    /// scatter/gather order). Refused while a post of it is in flight.
+    pub fn release_prepared(&mut self, p: Prepared) -> Result<impl Iterator<Item = B>, Error> {
+        if p.qp_num != self.qp_num() {
+            return Err(gone());
+        }
+        let entry = self.prepared.entry(p)?;
+        if entry.in_flight != 0 {
+            return Err(busy("release_prepared"));
+        }
+        Ok(entry.take_bufs())
+    }
+}

@@ -1,0 +1,209 @@
+//! Prepared requests (built once, posted again and again) and the lending
+//! poll (`poll_ref`), on a real device: data lands byte-exact on every
+//! post, buffers stay out of reach while a post is in flight, and misuse
+//! is refused.
+
+mod support;
+
+use verbs::{
+    ErrorKind, Local, MemoryRegion, ProtectionDomain, QueuePair, RecvRequest, RemoteSlice, SendOp,
+    SendRequest, WcOpcode, WcStatus,
+};
+
+type Qp = QueuePair<MemoryRegion>;
+
+fn setup(name: &str) -> Option<(ProtectionDomain, Qp, Qp)> {
+    let ctx = support::test_context(name)?;
+    let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
+    let (a, b) = support::connected_pair(&pd);
+    Some((pd, a, b))
+}
+
+/// Polls `qp` with `poll_ref` until one request came back; returns its
+/// (tag, prepared handle, status, opcode, byte_len).
+fn next(qp: &mut Qp) -> (u64, Option<verbs::Prepared>, WcStatus, WcOpcode, u32) {
+    let deadline = support::deadline();
+    loop {
+        let mut got = None;
+        qp.poll_ref(|c| {
+            got = Some((c.tag(), c.prepared(), c.status(), c.opcode(), c.byte_len()));
+        })
+        .expect("poll_ref");
+        if let Some(g) = got {
+            return g;
+        }
+        assert!(!deadline.passed(), "no completion");
+    }
+}
+
+#[test]
+fn a_prepared_write_posted_again_lands_each_new_payload() {
+    let Some((pd, mut a, _b)) = setup("a_prepared_write_posted_again_lands_each_new_payload")
+    else {
+        return;
+    };
+    let target = support::remote_region(&pd, 4096);
+    let dst = RemoteSlice::new(&target.remote().unwrap(), 0, 256).unwrap();
+    let local = Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, 256).unwrap();
+    let w = a
+        .prepare_send(SendRequest::new(SendOp::Write(dst), local).tag(9))
+        .map_err(|e| e.error)
+        .unwrap();
+    for round in 1..=50u64 {
+        let data = support::pattern(round, 256);
+        a.prepared_buf(w).unwrap().write_at(0, &data).unwrap();
+        a.post_prepared(w).unwrap();
+        let err = a
+            .prepared_buf(w)
+            .expect_err("the buffer is the NIC's until completion");
+        assert_eq!(err.kind(), ErrorKind::BadState);
+        let (tag, prepared, status, opcode, _) = next(&mut a);
+        assert_eq!((tag, prepared, status), (9, Some(w), WcStatus::SUCCESS));
+        assert_eq!(opcode, WcOpcode::RDMA_WRITE);
+        let mut landed = vec![0u8; 256];
+        target.read_at(0, &mut landed).unwrap();
+        assert_eq!(landed, data, "round {round} landed byte-exact");
+    }
+    assert_eq!(a.in_flight(), (0, 0));
+    let bufs: Vec<MemoryRegion> = a.release_prepared(w).unwrap().collect();
+    assert_eq!(bufs.len(), 1, "release hands the buffer back");
+    assert!(
+        a.post_prepared(w).is_err(),
+        "a released request cannot be posted"
+    );
+}
+
+#[test]
+fn prepared_receives_are_posted_again_and_read_between_posts() {
+    let Some((pd, mut a, mut b)) =
+        setup("prepared_receives_are_posted_again_and_read_between_posts")
+    else {
+        return;
+    };
+    let inbox = Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, 1024).unwrap();
+    let r = b
+        .prepare_recv(RecvRequest::new(inbox).tag(3))
+        .map_err(|e| e.error)
+        .unwrap();
+    assert!(r.is_recv());
+    let msg = Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, 1000).unwrap();
+    let s = a
+        .prepare_send(SendRequest::new(SendOp::Send, msg))
+        .map_err(|e| e.error)
+        .unwrap();
+    for round in 1..=20u64 {
+        b.post_prepared(r).unwrap();
+        let data = support::pattern(round + 100, 1000);
+        a.prepared_buf(s).unwrap().write_at(0, &data).unwrap();
+        a.post_prepared(s).unwrap();
+        assert_eq!(next(&mut a).2, WcStatus::SUCCESS);
+        let (tag, prepared, status, opcode, len) = next(&mut b);
+        assert_eq!(
+            (tag, prepared, status, len),
+            (3, Some(r), WcStatus::SUCCESS, 1000)
+        );
+        assert_eq!(opcode, WcOpcode::RECV);
+        let mut got = vec![0u8; 1000];
+        b.prepared_buf(r).unwrap().read_at(0, &mut got).unwrap();
+        assert_eq!(got, data, "round {round} received byte-exact");
+    }
+}
+
+#[test]
+fn prepared_requests_refuse_misuse() {
+    let Some((pd, mut a, mut b)) = setup("prepared_requests_refuse_misuse") else {
+        return;
+    };
+    let target = support::remote_region(&pd, 8192);
+    let dst = RemoteSlice::new(&target.remote().unwrap(), 0, 512).unwrap();
+    // Checked once, at prepare: local data longer than the remote slice.
+    let long = Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, 1024).unwrap();
+    let refused = a
+        .prepare_send(SendRequest::new(SendOp::Write(dst), long))
+        .expect_err("longer than the remote slice");
+    assert_eq!(refused.error.kind(), ErrorKind::InvalidArgument);
+
+    let big = RemoteSlice::new(&target.remote().unwrap(), 0, 8000).unwrap();
+    let local = Local::range(MemoryRegion::new(&pd, 8192).unwrap(), 0, 8000).unwrap();
+    let w = a
+        .prepare_send(SendRequest::new(SendOp::Write(big), local))
+        .map_err(|e| e.error)
+        .unwrap();
+    // A handle is only good on the queue pair that prepared it.
+    assert!(b.post_prepared(w).is_err());
+    assert!(b.prepared_buf(w).is_err());
+    // A buffer swapped in through `prepared_buf` is used as it is, and a
+    // shorter one than the prepared range is refused at the next post.
+    let short = MemoryRegion::new(&pd, 4096).unwrap();
+    let old = std::mem::replace(a.prepared_buf(w).unwrap(), short);
+    drop(old);
+    let err = a
+        .post_prepared(w)
+        .expect_err("the swapped-in buffer is too short");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(a.in_flight(), (0, 0), "nothing was posted");
+    // A released handle stays dead, even once its entry is reused.
+    drop(a.release_prepared(w).unwrap());
+    assert!(a.release_prepared(w).is_err(), "released twice");
+    let local = Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, 512).unwrap();
+    let w2 = a
+        .prepare_send(SendRequest::new(SendOp::Write(dst), local))
+        .map_err(|e| e.error)
+        .unwrap();
+    assert_ne!(w, w2);
+    assert!(
+        a.post_prepared(w).is_err(),
+        "a stale handle reaches nothing"
+    );
+    a.post_prepared(w2).unwrap();
+    assert_eq!(next(&mut a).2, WcStatus::SUCCESS);
+}
+
+#[test]
+fn poll_ref_hands_back_unsignaled_requests_with_their_buffers() {
+    let Some((pd, mut a, _b)) = setup("poll_ref_hands_back_unsignaled_requests_with_their_buffers")
+    else {
+        return;
+    };
+    let target = support::remote_region(&pd, 4096);
+    let dst = RemoteSlice::new(&target.remote().unwrap(), 0, 64).unwrap();
+    for k in 0..4u64 {
+        let local = Local::range(MemoryRegion::new(&pd, 64).unwrap(), 0, 64).unwrap();
+        let req = SendRequest::new(SendOp::Write(dst), local).tag(k);
+        let req = if k < 3 { req.unsignaled() } else { req };
+        a.post_send(req).map_err(|e| e.error).unwrap();
+    }
+    let mut seen = Vec::new();
+    let deadline = support::deadline();
+    while seen.len() < 4 {
+        a.poll_ref(|mut c| {
+            c.result().unwrap();
+            let buf = c.take_buf();
+            // An unsignaled request has no entry of its own: no length.
+            let len = if c.signaled() {
+                None
+            } else {
+                Some(c.byte_len())
+            };
+            seen.push((c.tag(), c.signaled(), len, buf.is_some()));
+        })
+        .unwrap();
+        assert!(!deadline.passed(), "no completion");
+    }
+    assert_eq!(
+        seen,
+        [
+            (0, false, Some(0), true),
+            (1, false, Some(0), true),
+            (2, false, Some(0), true),
+            (3, true, None, true)
+        ]
+    );
+    // Buffers the callback does not take are dropped, never left behind.
+    let local = Local::range(MemoryRegion::new(&pd, 64).unwrap(), 0, 64).unwrap();
+    a.post_send(SendRequest::new(SendOp::Write(dst), local))
+        .map_err(|e| e.error)
+        .unwrap();
+    assert_eq!(next(&mut a).2, WcStatus::SUCCESS);
+    assert_eq!(a.in_flight(), (0, 0));
+}
