@@ -1,8 +1,11 @@
 //! The measured loops of `perf`.
 //!
 //! Everything between the first timestamp and the last runs here, through
-//! the crate's safe data path (`post_send`, `post_send_chain`,
-//! `post_inline`, `post_recv`, `poll`). `tests/rdma_zero_alloc.rs` includes
+//! the crate's safe data path: `post_prepared` for the latency tests' one
+//! request and for receives (built once in `Side::prepare`, posted again,
+//! as perftest posts its prebuilt request), `post_send` and
+//! `post_send_chain` for the bandwidth sender's own buffers, `post_inline`,
+//! and `poll_ref`. `tests/rdma_zero_alloc.rs` includes
 //! this very file and runs these functions under a counting allocator, so
 //! the rule is: nothing in [`run`] allocates. Every buffer, pool and
 //! timestamp table is sized in [`Side::prepare`] (module `side`); pools are
@@ -21,9 +24,7 @@
 //!   `post_list` requests, every `cq_mod`-th (and the last) signaled; one
 //!   timestamp per post call and one per signaled completion.
 
-use verbs::{
-    Access, ArenaBuf, Error, ErrorKind, Local, MemoryRegion, RecvRequest, SendOp, SendRequest,
-};
+use verbs::{Access, ArenaBuf, Error, ErrorKind, Local, MemoryRegion, SendOp, SendRequest};
 
 use super::clock::ticks;
 use super::side::{Lane, Side};
@@ -229,22 +230,23 @@ fn reap(
         ..
     } = lane;
     let mut failed = None;
-    let n = qp.poll(|mut c| {
+    let n = qp.poll_ref(|mut c| {
         if let Err(e) = c.result() {
             failed.get_or_insert(e);
         }
-        let (pool, count) = if c.is_recv {
-            (&mut *recvs, &mut *received)
+        // Pushes stay within the capacity reserved in `Side::prepare`.
+        if c.is_recv() {
+            *received += 1;
+            if let Some(h) = c.prepared() {
+                recvs.push(h);
+            }
         } else {
-            (&mut *sends, &mut *done)
-        };
-        *count += 1;
-        if let Some(buf) = c.take_buf() {
-            pool.push(buf); // within the capacity reserved in `Side::prepare`
-        }
-        if !c.is_recv {
+            *done += 1;
+            if let Some(buf) = c.take_buf() {
+                sends.push(buf);
+            }
             *total += 1;
-            if c.signaled {
+            if c.signaled() {
                 if let Some(r) = record.as_mut() {
                     r.push((*total - 1, ticks()));
                 }
@@ -257,18 +259,28 @@ fn reap(
     }
 }
 
-/// Posts the receive buffers the lane holds, until `iters` were posted.
+/// Posts the prepared receives the lane holds, until `iters` were posted.
 #[inline]
 pub(crate) fn repost(lane: &mut Lane, p: &Params) -> Result<(), Error> {
     while lane.recv_posted < p.iters {
-        let Some(buf) = lane.recvs.pop() else { break };
-        let local = Local::range(buf, 0, p.size).map_err(|(e, _)| e)?;
-        lane.qp
-            .post_recv(RecvRequest::new(local))
-            .map_err(|e| e.error)?;
+        let Some(h) = lane.recvs.pop() else { break };
+        lane.qp.post_prepared(h)?;
         lane.recv_posted += 1;
     }
     Ok(())
+}
+
+/// The send-queue operation of `p.test` on `lane`.
+pub(crate) fn operation(lane: &Lane, p: &Params) -> Result<SendOp, Error> {
+    Ok(match p.test {
+        Test::WriteLat | Test::WriteBw => SendOp::Write(lane.remote(p.size)?),
+        Test::ReadLat | Test::ReadBw => SendOp::Read(lane.remote(p.size)?),
+        Test::AtomicLat => SendOp::FetchAdd {
+            remote: lane.remote(p.size)?,
+            add: 1,
+        },
+        Test::SendLat | Test::SendBw => SendOp::Send,
+    })
 }
 
 /// Polls until the lane's send-queue requests up to number `n` completed.
@@ -313,8 +325,8 @@ fn wait_byte(inbox: &MemoryRegion, at: usize, want: u8, p: &Params) -> Result<()
     }
 }
 
-/// Posts one Write or Send of `p.size` bytes whose last byte is `mark`,
-/// inline when it fits, else from a pooled buffer.
+/// Posts one Write or Send of `p.size` bytes whose last byte is `mark`:
+/// inline when it fits, else the prepared request, its buffer re-marked.
 #[inline]
 fn post_marked(
     lane: &mut Lane,
@@ -328,14 +340,11 @@ fn post_marked(
         data[last] = mark;
         return lane.qp.post_inline(op, &data[..p.size], 0, true);
     }
-    let mut buf = lane.sends.pop().ok_or_else(no_buffer)?;
+    let ping = lane.ping.ok_or_else(no_buffer)?;
     if matches!(op, SendOp::Write(_)) {
-        buf.write_at(last, &[mark])?;
+        lane.qp.prepared_buf(ping)?.write_at(last, &[mark])?;
     }
-    let local = Local::range(buf, 0, p.size).map_err(|(e, _)| e)?;
-    lane.qp
-        .post_send(SendRequest::new(op, local))
-        .map_err(|e| e.error)
+    lane.qp.post_prepared(ping)
 }
 
 /// `write_lat` and `send_lat` (see the module docs).
@@ -348,10 +357,7 @@ fn ping_pong(side: &mut Side, p: &Params) -> Result<(), Error> {
         ..
     } = side;
     let lane = &mut lanes[0];
-    let op = match p.test {
-        Test::WriteLat => SendOp::Write(lane.remote(p.size)?),
-        _ => SendOp::Send,
-    };
+    let op = operation(lane, p)?;
     let (mut sent, mut seen) = (0u64, 0u64);
     while sent < p.iters || seen < p.iters {
         if seen < p.iters && !(sent == 0 && p.initiator) {
@@ -377,18 +383,10 @@ fn ping_pong(side: &mut Side, p: &Params) -> Result<(), Error> {
 fn round_trips(side: &mut Side, p: &Params) -> Result<(), Error> {
     let Side { lanes, stamps, .. } = side;
     let lane = &mut lanes[0];
-    let remote = lane.remote(p.size)?;
-    let op = match p.test {
-        Test::ReadLat => SendOp::Read(remote),
-        _ => SendOp::FetchAdd { remote, add: 1 },
-    };
+    let ping = lane.ping.ok_or_else(no_buffer)?;
     for k in 0..p.iters {
         stamps.posted[k as usize] = ticks();
-        let buf = lane.sends.pop().ok_or_else(no_buffer)?;
-        let local = Local::range(buf, 0, p.size).map_err(|(e, _)| e)?;
-        lane.qp
-            .post_send(SendRequest::new(op, local))
-            .map_err(|e| e.error)?;
+        lane.qp.post_prepared(ping)?;
         wait_sent(lane, k + 1, p)?;
     }
     Ok(())
@@ -416,11 +414,7 @@ fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
     let mut spin = Spin::new();
     while done < total {
         for lane in lanes.iter_mut() {
-            let op = match p.test {
-                Test::WriteBw => SendOp::Write(lane.remote(p.size)?),
-                Test::ReadBw => SendOp::Read(lane.remote(p.size)?),
-                _ => SendOp::Send,
-            };
+            let op = operation(lane, p)?;
             while lane.posted < p.iters {
                 let n = list.min(p.iters - lane.posted);
                 if lane.posted - lane.done + n > depth {

@@ -8,11 +8,12 @@
 use std::ops::{Deref, DerefMut};
 
 use verbs::{
-    Arena, ArenaBuf, ArenaConfig, ConnectOptions, Endpoint, Error, MemoryRegion, Mtu,
-    ProtectionDomain, QpConfig, QueuePair, RemoteRegion, RemoteSlice,
+    Arena, ArenaBuf, ArenaConfig, ConnectOptions, Endpoint, Error, Local, MemoryRegion, Mtu,
+    Prepared, ProtectionDomain, QpConfig, QueuePair, RecvRequest, RemoteRegion, RemoteSlice,
+    SendRequest,
 };
 
-use super::loops::{repost, Params, Test};
+use super::loops::{operation, repost, Params, Test};
 
 /// The queue pairs of `perf`: local buffers are carved from one arena.
 pub type Qp = QueuePair<ArenaBuf>;
@@ -84,10 +85,15 @@ pub struct Lane {
     /// The queue pair.
     pub qp: Link,
     pub(crate) peer: Option<RemoteRegion>,
-    /// Free buffers for send-queue requests.
+    /// Free buffers for the bandwidth sender's requests.
     pub(crate) sends: Vec<ArenaBuf>,
-    /// Receive buffers handed back by completions, to post again.
-    pub(crate) recvs: Vec<ArenaBuf>,
+    /// The latency tests' one request, prepared with its buffer (posted
+    /// again and again, as perftest does).
+    pub(crate) ping: Option<Prepared>,
+    /// Prepared receives handed back by completions, to post again.
+    pub(crate) recvs: Vec<Prepared>,
+    /// Every request prepared for this run (released by the next prepare).
+    pub(crate) prepared: Vec<Prepared>,
     pub(crate) posted: u64,
     pub(crate) done: u64,
     pub(crate) recv_posted: u64,
@@ -182,7 +188,9 @@ impl Side {
             qp,
             peer,
             sends: Vec::new(),
+            ping: None,
             recvs: Vec::new(),
+            prepared: Vec::new(),
             posted: 0,
             done: 0,
             recv_posted: 0,
@@ -229,7 +237,7 @@ impl Side {
     pub fn prepare(&mut self, p: &Params) -> Result<(), Error> {
         let needs_buf = !p.inline_path();
         let mut sends = match (p.test.is_latency(), p.initiator) {
-            (true, _) if needs_buf => 1,
+            (true, _) if needs_buf => 1, // prepared once, posted every iteration
             (false, true) if needs_buf => p.tx_depth.max(1),
             _ => 0,
         } as usize;
@@ -253,17 +261,36 @@ impl Side {
         };
         let len = p.size.max(1);
         for lane in &mut self.lanes {
-            lane.sends.clear(); // back to the arena before carving again
+            // Back to the arena before carving again.
+            lane.sends.clear();
+            lane.ping = None;
             lane.recvs.clear();
+            for h in lane.prepared.drain(..) {
+                drop(lane.qp.release_prepared(h)?);
+            }
         }
         for lane in &mut self.lanes {
-            lane.sends.reserve(sends);
             lane.recvs.reserve(recvs);
-            for _ in 0..sends {
-                lane.sends.push(self.arena.alloc(len)?);
+            if p.test.is_latency() && sends > 0 {
+                let local = Local::range(self.arena.alloc(len)?, 0, p.size).map_err(|(e, _)| e)?;
+                let req = SendRequest::new(operation(lane, p)?, local);
+                let h = lane.qp.prepare_send(req).map_err(|e| e.error)?;
+                lane.ping = Some(h);
+                lane.prepared.push(h);
+            } else {
+                lane.sends.reserve(sends);
+                for _ in 0..sends {
+                    lane.sends.push(self.arena.alloc(len)?);
+                }
             }
             for _ in 0..recvs {
-                lane.recvs.push(self.arena.alloc(len)?);
+                let local = Local::range(self.arena.alloc(len)?, 0, p.size).map_err(|(e, _)| e)?;
+                let h = lane
+                    .qp
+                    .prepare_recv(RecvRequest::new(local))
+                    .map_err(|e| e.error)?;
+                lane.recvs.push(h);
+                lane.prepared.push(h);
             }
             lane.posted = 0;
             lane.done = 0;
