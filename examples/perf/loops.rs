@@ -159,6 +159,15 @@ impl Params {
     pub fn inline_path(&self) -> bool {
         self.test.can_inline() && self.size <= self.inline && self.post_list <= 1
     }
+
+    /// Requests come from one prepared request, its buffer carved once and
+    /// posted again and again: the latency tests' only request, and the
+    /// bandwidth sender's one source behind the whole window (perftest's
+    /// single buffer), unless it posts chains (each chained request owns
+    /// a buffer).
+    pub fn prepared_send(&self) -> bool {
+        !self.inline_path() && (self.test.is_latency() || (self.initiator && self.post_list <= 1))
+    }
 }
 
 /// Runs this side's part of test `p.test` (after [`Side::prepare`] on both sides).
@@ -426,6 +435,12 @@ fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
                 if inline {
                     lane.qp
                         .post_inline(op, &inline_data[..p.size], 0, signaled(k))?;
+                } else if let Some(source) = lane.ping {
+                    if signaled(k) {
+                        lane.qp.post_prepared(source)?;
+                    } else {
+                        lane.qp.post_prepared_unsignaled(source)?;
+                    }
                 } else {
                     for (j, slot) in chain.iter_mut().enumerate().take(n as usize) {
                         let buf = lane.sends.pop().ok_or_else(no_buffer)?;

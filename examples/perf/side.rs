@@ -85,10 +85,10 @@ pub struct Lane {
     /// The queue pair.
     pub qp: Link,
     pub(crate) peer: Option<RemoteRegion>,
-    /// Free buffers for the bandwidth sender's requests.
+    /// Free buffers for the bandwidth sender's chains.
     pub(crate) sends: Vec<ArenaBuf>,
-    /// The latency tests' one request, prepared with its buffer (posted
-    /// again and again, as perftest does).
+    /// The one request posted again and again, prepared with its buffer
+    /// (`Params::prepared_send`).
     pub(crate) ping: Option<Prepared>,
     /// Prepared receives handed back by completions, to post again.
     pub(crate) recvs: Vec<Prepared>,
@@ -236,8 +236,9 @@ impl Side {
     /// sides before either starts [`run`].
     pub fn prepare(&mut self, p: &Params) -> Result<(), Error> {
         let needs_buf = !p.inline_path();
+        let prepared_send = p.prepared_send();
         let mut sends = match (p.test.is_latency(), p.initiator) {
-            (true, _) if needs_buf => 1, // prepared once, posted every iteration
+            _ if prepared_send => 1,
             (false, true) if needs_buf => p.tx_depth.max(1),
             _ => 0,
         } as usize;
@@ -246,15 +247,15 @@ impl Side {
         } else {
             0
         };
-        // Every request in flight owns a buffer: past the memory budget,
-        // keep fewer in flight rather than share one buffer among many.
+        // A chained request owns its buffer: past the memory budget, keep
+        // fewer in flight rather than share one buffer among many.
         let budget = (self.buf_mem / slot(p.size) / self.lanes.len()).max(2);
         if sends + recvs > budget {
             let s = (sends * budget / (sends + recvs)).max(usize::from(sends > 0));
             recvs = (budget - s).max(usize::from(recvs > 0));
             sends = s;
         }
-        self.depth = if needs_buf {
+        self.depth = if needs_buf && !prepared_send {
             sends as u32
         } else {
             p.tx_depth.max(1)
@@ -271,7 +272,7 @@ impl Side {
         }
         for lane in &mut self.lanes {
             lane.recvs.reserve(recvs);
-            if p.test.is_latency() && sends > 0 {
+            if prepared_send {
                 let local = Local::range(self.arena.alloc(len)?, 0, p.size).map_err(|(e, _)| e)?;
                 let req = SendRequest::new(operation(lane, p)?, local);
                 let h = lane.qp.prepare_send(req).map_err(|e| e.error)?;

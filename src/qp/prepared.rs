@@ -277,9 +277,23 @@ impl<B: LocalBuf> QueuePair<B> {
     /// [`poll`](QueuePair::poll) with the request's tag,
     /// [`Completion::prepared`](super::Completion::prepared) set and no
     /// buffers. A request may be posted again before an earlier post of it
-    /// completed (the same source sent twice, say).
+    /// completed: one source buffer behind a whole window of Writes, as
+    /// perftest's bandwidth tests post it.
     #[inline(always)]
     pub fn post_prepared(&mut self, p: Prepared) -> Result<(), Error> {
+        self.post_prepared_as(p, true)
+    }
+
+    /// [`QueuePair::post_prepared`] for a send, unsignaled this time (unless
+    /// the queue needs a signal: see [`SendRequest::unsignaled`]).
+    #[inline(always)]
+    pub fn post_prepared_unsignaled(&mut self, p: Prepared) -> Result<(), Error> {
+        self.post_prepared_as(p, false)
+    }
+
+    /// Posts `p`, signaled as prepared if `as_prepared`, else unsignaled.
+    #[inline(always)]
+    fn post_prepared_as(&mut self, p: Prepared, as_prepared: bool) -> Result<(), Error> {
         if p.qp_num != self.qp_num() {
             return Err(gone());
         }
@@ -292,7 +306,8 @@ impl<B: LocalBuf> QueuePair<B> {
         let mut run = self.unsignaled_run;
         let entry = self.prepared.entry(p)?;
         let num_sge = entry.refresh_sges()?;
-        let signaled = signal_decision(&mut run, capacity, entry.signaled, 0);
+        let asked = as_prepared && entry.signaled;
+        let signaled = signal_decision(&mut run, capacity, asked, 0);
         entry.wr.wr_id = seq;
         entry.wr.sg_list = entry.sges.as_mut_ptr();
         entry.wr.num_sge = num_sge;
