@@ -51,8 +51,17 @@ fn a_prepared_write_posted_again_lands_each_new_payload() {
         .unwrap();
     for round in 1..=50u64 {
         let data = support::pattern(round, 256);
-        a.prepared_buf(w).unwrap().write_at(0, &data).unwrap();
+        // Both ways in: a copy, or the buffer lent out.
+        if round % 2 == 0 {
+            a.write_prepared(w, 0, &data).unwrap();
+        } else {
+            a.prepared_buf(w).unwrap().write_at(0, &data).unwrap();
+        }
         a.post_prepared(w).unwrap();
+        let err = a
+            .write_prepared(w, 0, &data)
+            .expect_err("no copy in while in flight");
+        assert_eq!(err.kind(), ErrorKind::BadState);
         let err = a
             .prepared_buf(w)
             .expect_err("the buffer is the NIC's until completion");
@@ -104,7 +113,11 @@ fn prepared_receives_are_posted_again_and_read_between_posts() {
         );
         assert_eq!(opcode, WcOpcode::RECV);
         let mut got = vec![0u8; 1000];
-        b.prepared_buf(r).unwrap().read_at(0, &mut got).unwrap();
+        if round % 2 == 0 {
+            b.read_prepared(r, 0, &mut got).unwrap();
+        } else {
+            b.prepared_buf(r).unwrap().read_at(0, &mut got).unwrap();
+        }
         assert_eq!(got, data, "round {round} received byte-exact");
     }
 }
@@ -129,6 +142,15 @@ fn prepared_requests_refuse_misuse() {
         .prepare_send(SendRequest::new(SendOp::Write(big), local))
         .map_err(|e| e.error)
         .unwrap();
+    // Copies stay inside the buffer.
+    let err = a
+        .write_prepared(w, 8190, &[0; 4])
+        .expect_err("past the end");
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert!(
+        a.read_prepared(w, usize::MAX, &mut [0; 2]).is_err(),
+        "offset overflow"
+    );
     // A handle is only good on the queue pair that prepared it.
     assert!(b.post_prepared(w).is_err());
     assert!(b.prepared_buf(w).is_err());

@@ -269,7 +269,7 @@ fn reap(
 }
 
 /// Posts the prepared receives the lane holds, until `iters` were posted.
-#[inline]
+#[inline(always)]
 pub(crate) fn repost(lane: &mut Lane, p: &Params) -> Result<(), Error> {
     while lane.recv_posted < p.iters {
         let Some(h) = lane.recvs.pop() else { break };
@@ -351,7 +351,7 @@ fn post_marked(
     }
     let ping = lane.ping.ok_or_else(no_buffer)?;
     if matches!(op, SendOp::Write(_)) {
-        lane.qp.prepared_buf(ping)?.write_at(last, &[mark])?;
+        lane.qp.write_prepared(ping, last, &[mark])?;
     }
     lane.qp.post_prepared(ping)
 }

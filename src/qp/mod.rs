@@ -189,6 +189,8 @@ impl<B: LocalBuf> QueuePair<B> {
         let qp = make(&mut init)?;
         // ibv_create_qp wrote back what the device granted; size the tables to it.
         let caps = init.cap;
+        // SAFETY: `make` returned a live QP; qp_num never changes.
+        let qp_num = unsafe { qp.as_ref().qp_num };
         let this = QueuePair {
             qp,
             cq,
@@ -208,7 +210,7 @@ impl<B: LocalBuf> QueuePair<B> {
             recv: InFlight::new(caps.max_recv_wr),
             unsignaled_run: 0,
             has_srq: srq.is_some(),
-            prepared: prepared::PreparedTable::new(),
+            prepared: prepared::PreparedTable::new(qp_num),
         };
         Ok(this)
     }

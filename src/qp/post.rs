@@ -628,7 +628,6 @@ impl<B: LocalBuf> QueuePair<B> {
         // SRQ) or a raw post (no buffers): no slot here.
         let foreign = !is_recv && id & (crate::srq::SRQ_BIT | RAW_BIT) != 0;
         let seq = id & SEQ_MASK;
-        let qp_num = self.qp_num();
         let queue = if is_recv {
             &mut self.recv
         } else {
@@ -645,7 +644,7 @@ impl<B: LocalBuf> QueuePair<B> {
             } else {
                 let Some((s, slot)) = queue.pop() else { break };
                 let prepared = (slot.prepared != NOT_PREPARED)
-                    .then(|| self.prepared.completed(is_recv, slot.prepared, qp_num));
+                    .then(|| self.prepared.completed(is_recv, slot.prepared));
                 (Some(slot), s == seq, prepared)
             };
             on_done(CompletionRef {

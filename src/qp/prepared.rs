@@ -47,8 +47,10 @@ impl Prepared {
 pub(crate) struct Entry<B> {
     /// The send work request, filled once (unused for receives).
     wr: sys::ibv_send_wr,
-    /// Refreshed from `bufs` and `spans` at every post.
+    /// Built from `bufs` and `spans`; rebuilt at the next post after
+    /// `prepared_buf` lent a buffer out (`stale`), which could swap it.
     sges: [sys::ibv_sge; MAX_SGE],
+    stale: bool,
     /// Offset and length of each scatter/gather entry in its buffer.
     spans: [(usize, u32); MAX_SGE],
     bufs: [Option<B>; MAX_SGE],
@@ -71,6 +73,7 @@ impl<B: LocalBuf> Entry<B> {
         let mut entry = Entry {
             wr,
             sges: [sys::ibv_sge::default(); MAX_SGE],
+            stale: true,
             spans: [(0, 0); MAX_SGE],
             bufs: [None, None, None, None],
             nbufs: 0,
@@ -92,10 +95,17 @@ impl<B: LocalBuf> Entry<B> {
         entry
     }
 
-    /// Rebuilds the scatter/gather entries from the buffers held now, and
-    /// returns how many there are.
+    /// Rebuilds the scatter/gather entries from the buffers held now if a
+    /// buffer was lent out since, and returns how many there are.
     #[inline(always)]
     fn refresh_sges(&mut self) -> Result<i32, Error> {
+        if self.stale {
+            self.rebuild_sges()?;
+        }
+        Ok(self.nbufs as i32)
+    }
+
+    fn rebuild_sges(&mut self) -> Result<(), Error> {
         for i in 0..self.nbufs {
             let (offset, length) = self.spans[i];
             let Some(buf) = &self.bufs[i] else {
@@ -114,7 +124,8 @@ impl<B: LocalBuf> Entry<B> {
                 lkey: buf.lkey(),
             };
         }
-        Ok(self.nbufs as i32)
+        self.stale = false;
+        Ok(())
     }
 
     fn take_bufs(&mut self) -> impl Iterator<Item = B> {
@@ -129,41 +140,54 @@ impl<B: LocalBuf> Entry<B> {
 /// after release, so a loop that prepares and releases per run does not
 /// grow the table.
 pub(crate) struct PreparedTable<B> {
+    /// The queue pair's number: handles of other queue pairs are refused.
+    qp_num: u32,
     sends: Vec<Entry<B>>,
     recvs: Vec<Entry<B>>,
 }
 
 impl<B: LocalBuf> PreparedTable<B> {
-    pub(crate) fn new() -> PreparedTable<B> {
+    pub(crate) fn new(qp_num: u32) -> PreparedTable<B> {
         PreparedTable {
+            qp_num,
             sends: Vec::new(),
             recvs: Vec::new(),
         }
     }
 
     /// Stores `entry`, in a released slot if there is one (allocates
-    /// otherwise: setup time). Returns its index and generation.
-    fn insert(&mut self, recv: bool, mut entry: Entry<B>) -> (u32, u32) {
+    /// otherwise: setup time), and returns its handle.
+    fn insert(&mut self, recv: bool, mut entry: Entry<B>) -> Prepared {
         let table = if recv {
             &mut self.recvs
         } else {
             &mut self.sends
         };
-        match table.iter().position(|e| !e.live) {
+        let index = match table.iter().position(|e| !e.live) {
             Some(i) => {
                 entry.generation = table[i].generation;
                 table[i] = entry;
-                (i as u32, table[i].generation)
+                i
             }
             None => {
                 table.push(entry);
-                ((table.len() - 1) as u32, 0)
+                table.len() - 1
             }
+        };
+        Prepared {
+            index: index as u32,
+            generation: table[index].generation,
+            qp_num: self.qp_num,
+            recv,
         }
     }
 
+    /// The live entry `p` names on this queue pair.
     #[inline(always)]
     fn entry(&mut self, p: Prepared) -> Result<&mut Entry<B>, Error> {
+        if p.qp_num != self.qp_num {
+            return Err(gone());
+        }
         let table = if p.recv {
             &mut self.recvs
         } else {
@@ -178,7 +202,7 @@ impl<B: LocalBuf> PreparedTable<B> {
     /// A post of entry `index` completed: its buffers are the caller's
     /// again once no other post of it is in flight. Returns its handle.
     #[inline(always)]
-    pub(crate) fn completed(&mut self, recv: bool, index: u32, qp_num: u32) -> Prepared {
+    pub(crate) fn completed(&mut self, recv: bool, index: u32) -> Prepared {
         let table = if recv {
             &mut self.recvs
         } else {
@@ -192,7 +216,7 @@ impl<B: LocalBuf> PreparedTable<B> {
         Prepared {
             index,
             generation,
-            qp_num,
+            qp_num: self.qp_num,
             recv,
         }
     }
@@ -204,6 +228,11 @@ fn gone() -> Error {
         "prepared request",
         "not prepared on this queue pair, or released",
     )
+}
+
+#[cold]
+fn out_of_buffer(call: &'static str) -> Error {
+    Error::invalid(call, "no buffer, or the range runs past its end")
 }
 
 #[cold]
@@ -238,13 +267,7 @@ impl<B: LocalBuf> QueuePair<B> {
         entry.tag = req.tag;
         entry.opcode = expected_opcode(&req.op);
         entry.signaled = req.flags.signaled;
-        let (index, generation) = self.prepared.insert(false, entry);
-        Ok(Prepared {
-            index,
-            generation,
-            qp_num: self.qp_num(),
-            recv: false,
-        })
+        Ok(self.prepared.insert(false, entry))
     }
 
     /// Keeps `req` for posting with [`QueuePair::post_prepared`], as
@@ -264,13 +287,7 @@ impl<B: LocalBuf> QueuePair<B> {
         let mut entry = Entry::new(sys::ibv_send_wr::zeroed(), &mut req.locals);
         entry.tag = req.tag;
         entry.opcode = WcOpcode::RECV;
-        let (index, generation) = self.prepared.insert(true, entry);
-        Ok(Prepared {
-            index,
-            generation,
-            qp_num: self.qp_num(),
-            recv: true,
-        })
+        Ok(self.prepared.insert(true, entry))
     }
 
     /// Posts a prepared request (again). Its completion comes back from
@@ -294,9 +311,6 @@ impl<B: LocalBuf> QueuePair<B> {
     /// Posts `p`, signaled as prepared if `as_prepared`, else unsignaled.
     #[inline(always)]
     fn post_prepared_as(&mut self, p: Prepared, as_prepared: bool) -> Result<(), Error> {
-        if p.qp_num != self.qp_num() {
-            return Err(gone());
-        }
         if p.recv {
             return self.post_prepared_recv(p);
         }
@@ -366,24 +380,73 @@ impl<B: LocalBuf> QueuePair<B> {
     /// post of the request is in flight.
     #[inline]
     pub fn prepared_buf(&mut self, p: Prepared) -> Result<&mut B, Error> {
-        if p.qp_num != self.qp_num() {
-            return Err(gone());
-        }
         let entry = self.prepared.entry(p)?;
         if entry.in_flight != 0 {
             return Err(busy("prepared_buf"));
         }
+        entry.stale = true;
         entry.bufs[0]
             .as_mut()
             .ok_or_else(|| Error::invalid("prepared_buf", "the request has no buffer"))
     }
 
+    /// Copies `src` into the first buffer of a prepared request at `offset`
+    /// (from the buffer's start), for the next post to send. Refused while
+    /// a post of the request is in flight. Cheaper than
+    /// [`QueuePair::prepared_buf`], which makes the next post rebuild the
+    /// request's scatter/gather entries.
+    #[inline]
+    pub fn write_prepared(&mut self, p: Prepared, offset: usize, src: &[u8]) -> Result<(), Error> {
+        let at = self.prepared_range(p, offset, src.len(), "write_prepared")?;
+        // SAFETY: `prepared_range` checked that no post is in flight (the
+        // NIC does not touch the buffer) and that the range lies in the
+        // buffer, whose memory the entry owns alone (`LocalBuf`); `&mut
+        // self` excludes every other access through the entry.
+        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), at, src.len()) };
+        Ok(())
+    }
+
+    /// Copies from the first buffer of a prepared request at `offset` into
+    /// `dst` (what a receive or a Read brought). Refused while a post of
+    /// the request is in flight.
+    #[inline]
+    pub fn read_prepared(
+        &mut self,
+        p: Prepared,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<(), Error> {
+        let at = self.prepared_range(p, offset, dst.len(), "read_prepared")?;
+        // SAFETY: as in `write_prepared`.
+        unsafe { core::ptr::copy_nonoverlapping(at, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// The address of `len` bytes at `offset` in the first buffer of `p`,
+    /// checked to be in the buffer while no post of `p` is in flight.
+    #[inline(always)]
+    fn prepared_range(
+        &mut self,
+        p: Prepared,
+        offset: usize,
+        len: usize,
+        call: &'static str,
+    ) -> Result<*mut u8, Error> {
+        let entry = self.prepared.entry(p)?;
+        if entry.in_flight != 0 {
+            return Err(busy(call));
+        }
+        match &entry.bufs[0] {
+            Some(buf) if offset.checked_add(len).is_some_and(|end| end <= buf.len()) => {
+                Ok((buf.addr() as usize + offset) as *mut u8)
+            }
+            _ => Err(out_of_buffer(call)),
+        }
+    }
+
     /// Ends a prepared request and hands its buffers back (in
     /// scatter/gather order). Refused while a post of it is in flight.
     pub fn release_prepared(&mut self, p: Prepared) -> Result<impl Iterator<Item = B>, Error> {
-        if p.qp_num != self.qp_num() {
-            return Err(gone());
-        }
         let entry = self.prepared.entry(p)?;
         if entry.in_flight != 0 {
             return Err(busy("release_prepared"));
