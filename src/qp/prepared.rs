@@ -1,14 +1,15 @@
 //! Prepared requests: built and checked once, then posted again and again,
-//! as perftest posts one prebuilt work request. A post then only stamps a
-//! sequence number, refreshes the scatter/gather entries from the buffers
-//! the request owns, and rings the doorbell; its completion hands no buffer
+//! as perftest posts one prebuilt work request. A post only stamps a
+//! sequence number and rings the doorbell; its completion hands no buffer
 //! back, because the buffers stay with the queue pair until
 //! [`QueuePair::release_prepared`].
 //!
-//! Between posts [`QueuePair::prepared_buf`] lends the first buffer out, and
-//! refuses while any post of the request is in flight. The entries are
-//! rebuilt from whatever buffer the slot holds at each post, so a buffer
-//! swapped in through that `&mut` is used (and owned) the same way.
+//! Between posts, [`QueuePair::write_prepared`] and
+//! [`QueuePair::read_prepared`] copy in and out and
+//! [`QueuePair::prepared_buf`] lends the first buffer; all are refused
+//! while any post of the request is in flight. A loan may swap the buffer,
+//! so the next post rebuilds the scatter/gather entries from whatever
+//! buffer the entry holds: one swapped in is used (and owned) the same way.
 #![allow(unsafe_code)]
 
 use alloc::vec::Vec;
@@ -155,14 +156,20 @@ impl<B: LocalBuf> PreparedTable<B> {
         }
     }
 
-    /// Stores `entry`, in a released slot if there is one (allocates
-    /// otherwise: setup time), and returns its handle.
-    fn insert(&mut self, recv: bool, mut entry: Entry<B>) -> Prepared {
-        let table = if recv {
+    #[inline(always)]
+    fn queue(&mut self, recv: bool) -> &mut Vec<Entry<B>> {
+        if recv {
             &mut self.recvs
         } else {
             &mut self.sends
-        };
+        }
+    }
+
+    /// Stores `entry`, in a released slot if there is one (allocates
+    /// otherwise: setup time), and returns its handle.
+    fn insert(&mut self, recv: bool, mut entry: Entry<B>) -> Prepared {
+        let qp_num = self.qp_num;
+        let table = self.queue(recv);
         let index = match table.iter().position(|e| !e.live) {
             Some(i) => {
                 entry.generation = table[i].generation;
@@ -177,7 +184,7 @@ impl<B: LocalBuf> PreparedTable<B> {
         Prepared {
             index: index as u32,
             generation: table[index].generation,
-            qp_num: self.qp_num,
+            qp_num,
             recv,
         }
     }
@@ -188,12 +195,7 @@ impl<B: LocalBuf> PreparedTable<B> {
         if p.qp_num != self.qp_num {
             return Err(gone());
         }
-        let table = if p.recv {
-            &mut self.recvs
-        } else {
-            &mut self.sends
-        };
-        match table.get_mut(p.index as usize) {
+        match self.queue(p.recv).get_mut(p.index as usize) {
             Some(e) if e.live && e.generation == p.generation => Ok(e),
             _ => Err(gone()),
         }
@@ -203,11 +205,8 @@ impl<B: LocalBuf> PreparedTable<B> {
     /// again once no other post of it is in flight. Returns its handle.
     #[inline(always)]
     pub(crate) fn completed(&mut self, recv: bool, index: u32) -> Prepared {
-        let table = if recv {
-            &mut self.recvs
-        } else {
-            &mut self.sends
-        };
+        let qp_num = self.qp_num;
+        let table = self.queue(recv);
         let mut generation = 0;
         if let Some(e) = table.get_mut(index as usize) {
             e.in_flight -= 1;
@@ -216,7 +215,7 @@ impl<B: LocalBuf> PreparedTable<B> {
         Prepared {
             index,
             generation,
-            qp_num: self.qp_num,
+            qp_num,
             recv,
         }
     }
