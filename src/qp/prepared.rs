@@ -230,8 +230,8 @@ fn gone() -> Error {
 }
 
 #[cold]
-fn out_of_buffer(call: &'static str) -> Error {
-    Error::invalid(call, "no buffer, or the range runs past its end")
+fn no_buffer(call: &'static str) -> Error {
+    Error::invalid(call, "the request has no buffer")
 }
 
 #[cold]
@@ -386,7 +386,7 @@ impl<B: LocalBuf> QueuePair<B> {
         entry.stale = true;
         entry.bufs[0]
             .as_mut()
-            .ok_or_else(|| Error::invalid("prepared_buf", "the request has no buffer"))
+            .ok_or_else(|| no_buffer("prepared_buf"))
     }
 
     /// Copies `src` into the first buffer of a prepared request at `offset`
@@ -397,11 +397,10 @@ impl<B: LocalBuf> QueuePair<B> {
     #[inline]
     pub fn write_prepared(&mut self, p: Prepared, offset: usize, src: &[u8]) -> Result<(), Error> {
         let at = self.prepared_range(p, offset, src.len(), "write_prepared")?;
-        // SAFETY: `prepared_range` checked that no post is in flight (the
-        // NIC does not touch the buffer) and that the range lies in the
-        // buffer, whose memory the entry owns alone (`LocalBuf`); `&mut
-        // self` excludes every other access through the entry.
-        unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), at, src.len()) };
+        // SAFETY: `prepared_range` checked that no post is in flight and
+        // that the range lies in the buffer, whose memory the entry owns
+        // (`LocalBuf`); volatile, as a peer may reach an exposed buffer.
+        unsafe { crate::memory::volatile_copy_in(at, src) };
         Ok(())
     }
 
@@ -417,7 +416,7 @@ impl<B: LocalBuf> QueuePair<B> {
     ) -> Result<(), Error> {
         let at = self.prepared_range(p, offset, dst.len(), "read_prepared")?;
         // SAFETY: as in `write_prepared`.
-        unsafe { core::ptr::copy_nonoverlapping(at, dst.as_mut_ptr(), dst.len()) };
+        unsafe { crate::memory::volatile_copy_out(at, dst) };
         Ok(())
     }
 
@@ -435,12 +434,11 @@ impl<B: LocalBuf> QueuePair<B> {
         if entry.in_flight != 0 {
             return Err(busy(call));
         }
-        match &entry.bufs[0] {
-            Some(buf) if offset.checked_add(len).is_some_and(|end| end <= buf.len()) => {
-                Ok((buf.addr() as usize + offset) as *mut u8)
-            }
-            _ => Err(out_of_buffer(call)),
-        }
+        let Some(buf) = &entry.bufs[0] else {
+            return Err(no_buffer(call));
+        };
+        crate::memory::check_range(call, offset, len, buf.len())?;
+        Ok((buf.addr() as usize + offset) as *mut u8)
     }
 
     /// Ends a prepared request and hands its buffers back (in
