@@ -2,10 +2,11 @@
 //!
 //! Everything between the first timestamp and the last runs here, through
 //! the crate's safe data path: `post_prepared` for the latency tests' one
-//! request and for receives (built once in `Side::prepare`, posted again,
-//! as perftest posts its prebuilt request), `post_send` and
-//! `post_send_chain` for the bandwidth sender's own buffers, `post_inline`,
-//! and `poll_ref`. `tests/rdma_zero_alloc.rs` includes
+//! request, the bandwidth sender's one source and every receive (built
+//! once in `Side::prepare`, posted again, as perftest posts its prebuilt
+//! request), `post_send_chain` (`post_send` for a single request) for
+//! chains, whose requests own their buffers, `post_inline`, and
+//! `poll_ref`. `tests/rdma_zero_alloc.rs` includes
 //! this very file and runs these functions under a counting allocator, so
 //! the rule is: nothing in [`run`] allocates. Every buffer, pool and
 //! timestamp table is sized in [`Side::prepare`] (module `side`); pools are

@@ -163,3 +163,17 @@ impl<B> Drop for CompletionRef<'_, B> {
         }
     }
 }
+
+impl<B> core::fmt::Debug for CompletionRef<'_, B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CompletionRef")
+            .field("tag", &self.tag())
+            .field("is_recv", &self.is_recv)
+            .field("status", &self.status())
+            .field("opcode", &self.opcode())
+            .field("byte_len", &self.byte_len())
+            .field("signaled", &self.signaled())
+            .field("prepared", &self.prepared)
+            .finish()
+    }
+}

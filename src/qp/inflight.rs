@@ -10,9 +10,9 @@ use alloc::vec::Vec;
 use core::mem::ManuallyDrop;
 
 use crate::cq::{WcOpcode, WcStatus};
+use crate::wr::{Local, MAX_SGE};
 
 use super::prepared::Prepared;
-use crate::wr::{Local, MAX_SGE};
 
 /// `Slot::prepared` of a request posted with its own buffers.
 pub(crate) const NOT_PREPARED: u32 = u32::MAX;
