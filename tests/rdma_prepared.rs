@@ -13,10 +13,7 @@ use verbs::{
 type Qp = QueuePair<MemoryRegion>;
 
 fn setup(name: &str) -> Option<(ProtectionDomain, Qp, Qp)> {
-    let ctx = support::test_context(name)?;
-    let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
-    let (a, b) = support::connected_pair(&pd);
-    Some((pd, a, b))
+    support::pd_and_pair(name)
 }
 
 /// Polls `qp` with `poll_ref` until one request came back; returns its

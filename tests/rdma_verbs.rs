@@ -19,10 +19,7 @@ fn run(qp: &mut Qp, req: SendRequest<MemoryRegion>) -> Completion<MemoryRegion> 
 }
 
 fn setup(name: &str) -> Option<(ProtectionDomain, Qp, Qp)> {
-    let ctx = support::test_context(name)?;
-    let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
-    let (a, b) = support::connected_pair(&pd);
-    Some((pd, a, b))
+    support::pd_and_pair(name)
 }
 
 #[test]

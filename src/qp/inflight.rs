@@ -136,13 +136,8 @@ impl<B> InFlight<B> {
         signaled: bool,
         locals: &mut [Option<Local<B>>; MAX_SGE],
     ) -> u64 {
-        debug_assert!(!self.is_full());
         let seq = self.tail;
-        let slot = &mut self.slots[(seq & self.mask) as usize];
-        slot.tag = tag;
-        slot.opcode = opcode;
-        slot.signaled = signaled;
-        slot.prepared = NOT_PREPARED;
+        let slot = self.claim(tag, opcode, signaled, NOT_PREPARED);
         let mut n = 0;
         // Taken by reference, as moving the request's array by value costs a
         // copy of all of it; every entry is taken, so the caller's drop of
@@ -156,22 +151,30 @@ impl<B> InFlight<B> {
             n += 1;
         }
         slot.nbufs = n;
-        self.tail += 1;
         seq
+    }
+
+    /// The next slot, filled in and counted in flight (its buffers, if
+    /// any, are the caller's to move in). The caller checked `!is_full()`.
+    #[inline(always)]
+    fn claim(&mut self, tag: u64, opcode: WcOpcode, signaled: bool, prepared: u32) -> &mut Slot<B> {
+        debug_assert!(!self.is_full());
+        let at = (self.tail & self.mask) as usize;
+        self.tail += 1;
+        let slot = &mut self.slots[at];
+        slot.tag = tag;
+        slot.opcode = opcode;
+        slot.signaled = signaled;
+        slot.prepared = prepared;
+        slot.nbufs = 0;
+        slot
     }
 
     /// Records a post of prepared request `index`, whose buffers stay in
     /// the prepared table. The caller checked `!is_full()`.
     #[inline(always)]
     pub(crate) fn push_prepared(&mut self, tag: u64, opcode: WcOpcode, signaled: bool, index: u32) {
-        debug_assert!(!self.is_full());
-        let slot = &mut self.slots[(self.tail & self.mask) as usize];
-        slot.tag = tag;
-        slot.opcode = opcode;
-        slot.signaled = signaled;
-        slot.prepared = index;
-        slot.nbufs = 0;
-        self.tail += 1;
+        self.claim(tag, opcode, signaled, index);
     }
 
     /// True when `seq` is in flight.

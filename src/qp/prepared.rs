@@ -70,11 +70,16 @@ pub(crate) struct Entry<B> {
 }
 
 impl<B: LocalBuf> Entry<B> {
-    fn new(wr: sys::ibv_send_wr, locals: &mut [Option<Local<B>>; MAX_SGE]) -> Entry<B> {
+    /// An entry of the request whose entries `fill_sges` built into `sges`.
+    fn new(
+        wr: sys::ibv_send_wr,
+        sges: [sys::ibv_sge; MAX_SGE],
+        locals: &mut [Option<Local<B>>; MAX_SGE],
+    ) -> Entry<B> {
         let mut entry = Entry {
             wr,
-            sges: [sys::ibv_sge::default(); MAX_SGE],
-            stale: true,
+            sges,
+            stale: false,
             spans: [(0, 0); MAX_SGE],
             bufs: [None, None, None, None],
             nbufs: 0,
@@ -261,7 +266,7 @@ impl<B: LocalBuf> QueuePair<B> {
                 request: req,
             });
         }
-        let mut entry = Entry::new(wr, &mut req.locals);
+        let mut entry = Entry::new(wr, sges, &mut req.locals);
         entry.flags = flags(false, req.flags.fence, req.flags.solicited, false);
         entry.tag = req.tag;
         entry.opcode = expected_opcode(&req.op);
@@ -283,7 +288,7 @@ impl<B: LocalBuf> QueuePair<B> {
                 request: req,
             });
         }
-        let mut entry = Entry::new(sys::ibv_send_wr::zeroed(), &mut req.locals);
+        let mut entry = Entry::new(sys::ibv_send_wr::zeroed(), sges, &mut req.locals);
         entry.tag = req.tag;
         entry.opcode = WcOpcode::RECV;
         Ok(self.prepared.insert(true, entry))

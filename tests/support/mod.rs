@@ -57,6 +57,17 @@ pub fn config() -> QpConfig {
     }
 }
 
+/// A protection domain on the device under test and a connected loopback
+/// pair in it; `None` only as [`test_context`] allows.
+pub fn pd_and_pair<B: verbs::LocalBuf>(
+    test: &str,
+) -> Option<(ProtectionDomain, QueuePair<B>, QueuePair<B>)> {
+    let ctx = test_context(test)?;
+    let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
+    let (a, b) = connected_pair(&pd);
+    Some((pd, a, b))
+}
+
 /// Two RC queue pairs on one device, connected to each other (loopback).
 pub fn connected_pair<B: verbs::LocalBuf>(pd: &ProtectionDomain) -> (QueuePair<B>, QueuePair<B>) {
     connected_pair_with(pd, &config(), &verbs::ConnectOptions::default())
