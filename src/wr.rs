@@ -154,6 +154,7 @@ pub struct SendFlags {
     pub(crate) signaled: bool,
     pub(crate) fence: bool,
     pub(crate) solicited: bool,
+    pub(crate) inline: bool,
 }
 
 impl Default for SendFlags {
@@ -162,6 +163,7 @@ impl Default for SendFlags {
             signaled: true,
             fence: false,
             solicited: false,
+            inline: false,
         }
     }
 }
@@ -239,6 +241,17 @@ impl<B: LocalBuf> SendRequest<B> {
     #[must_use]
     pub fn solicited(mut self) -> Self {
         self.flags.solicited = true;
+        self
+    }
+
+    /// `IBV_SEND_INLINE`: the provider copies the data into the work
+    /// request at post time, so the NIC never reads the buffer (its lkey
+    /// is unused). Write, Write-with-immediate and Send only, of at most
+    /// the queue pair's granted `max_inline_data` bytes. The buffers stay
+    /// with the queue pair until completion all the same.
+    #[must_use]
+    pub fn inline(mut self) -> Self {
+        self.flags.inline = true;
         self
     }
 

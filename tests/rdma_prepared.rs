@@ -226,3 +226,76 @@ fn poll_ref_hands_back_unsignaled_requests_with_their_buffers() {
     assert_eq!(next(&mut a).2, WcStatus::SUCCESS);
     assert_eq!(a.in_flight(), (0, 0));
 }
+
+#[test]
+fn inline_requests_land_without_the_nic_reading_their_buffer() {
+    let Some((pd, mut a, _b)) = setup("inline_requests_land_without_the_nic_reading_their_buffer")
+    else {
+        return;
+    };
+    let granted = a.caps().max_inline_data as usize;
+    assert!(
+        granted >= 16,
+        "device granted {granted} bytes of inline data"
+    );
+    let target = support::remote_region(&pd, 4096);
+    let dst = RemoteSlice::new(&target.remote().unwrap(), 0, granted as u64).unwrap();
+    // Registered in another protection domain: a NIC reading it would fail
+    // the request (LOC_PROT_ERR); inline data is copied by the provider at
+    // post time, so its lkey is never used.
+    let other_pd = ProtectionDomain::new(pd.context()).unwrap();
+    let foreign = |data: &[u8]| {
+        let mut mr = MemoryRegion::new(&other_pd, 4096).unwrap();
+        mr.write_at(0, data).unwrap();
+        Local::range(mr, 0, granted).unwrap()
+    };
+
+    let w = a
+        .prepare_send(SendRequest::new(SendOp::Write(dst), foreign(&[])).inline())
+        .map_err(|e| e.error)
+        .unwrap();
+    for round in 1..=5u64 {
+        let data = support::pattern(round, granted);
+        a.write_prepared(w, 0, &data).unwrap();
+        a.post_prepared(w).unwrap();
+        let (_, prepared, status, _, _) = next(&mut a);
+        assert_eq!((prepared, status), (Some(w), WcStatus::SUCCESS));
+        let mut landed = vec![0u8; granted];
+        target.read_at(0, &mut landed).unwrap();
+        assert_eq!(landed, data, "round {round} landed byte-exact");
+    }
+    drop(a.release_prepared(w).unwrap());
+
+    let data = support::pattern(7, granted);
+    a.post_send(SendRequest::new(SendOp::Write(dst), foreign(&data)).inline())
+        .map_err(|e| e.error)
+        .unwrap();
+    assert_eq!(next(&mut a).2, WcStatus::SUCCESS);
+    let mut landed = vec![0u8; granted];
+    target.read_at(0, &mut landed).unwrap();
+    assert_eq!(landed, data, "post_send inline landed byte-exact");
+
+    // Refused before anything reaches the device: past the granted size,
+    // and for operations that carry no data out.
+    let whole = RemoteSlice::whole(&target.remote().unwrap());
+    let too_big = || {
+        let local = Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, granted + 1).unwrap();
+        SendRequest::new(SendOp::Write(whole), local).inline()
+    };
+    let e = a.prepare_send(too_big()).unwrap_err();
+    assert!(
+        e.error.to_string().contains("max_inline_data"),
+        "{}",
+        e.error
+    );
+    let e = a.post_send(too_big()).unwrap_err();
+    assert!(
+        e.error.to_string().contains("max_inline_data"),
+        "{}",
+        e.error
+    );
+    let read = SendRequest::new(SendOp::Read(dst), foreign(&[])).inline();
+    let e = a.prepare_send(read).unwrap_err();
+    assert!(e.error.to_string().contains("inline"), "{}", e.error);
+    assert_eq!(a.in_flight(), (0, 0));
+}

@@ -4,9 +4,8 @@
 //! the crate's safe data path: `post_prepared` for the latency tests' one
 //! request, the bandwidth sender's one source and every receive (built
 //! once in `Side::prepare`, posted again, as perftest posts its prebuilt
-//! request), `post_send_chain` (`post_send` for a single request) for
-//! chains, whose requests own their buffers, `post_inline`, and
-//! `poll_ref`. `tests/rdma_zero_alloc.rs` includes
+//! request, inline or not), `post_send_chain` (`post_send` for a single
+//! request) for chains, whose requests own their buffers, and `poll_ref`. `tests/rdma_zero_alloc.rs` includes
 //! this very file and runs these functions under a counting allocator, so
 //! the rule is: nothing in [`run`] allocates. Every buffer, pool and
 //! timestamp table is sized in [`Side::prepare`] (module `side`); pools are
@@ -154,8 +153,9 @@ pub struct Params {
 }
 
 impl Params {
-    /// Requests carry their data inline, without a local buffer: Write and
-    /// Send up to the inline size, one request per post call. `prepare`
+    /// Requests carry their data inline (`SendRequest::inline`), the NIC
+    /// never reading their buffer: Write and Send up to the inline size,
+    /// one request per post call. `prepare`
     /// carves buffers and the loops post by this one answer.
     pub fn inline_path(&self) -> bool {
         self.test.can_inline() && self.size <= self.inline && self.post_list <= 1
@@ -167,7 +167,7 @@ impl Params {
     /// single buffer), unless it posts chains (each chained request owns
     /// a buffer).
     pub fn prepared_send(&self) -> bool {
-        !self.inline_path() && (self.test.is_latency() || (self.initiator && self.post_list <= 1))
+        self.test.is_latency() || (self.initiator && self.post_list <= 1)
     }
 }
 
@@ -335,24 +335,13 @@ fn wait_byte(inbox: &MemoryRegion, at: usize, want: u8, p: &Params) -> Result<()
     }
 }
 
-/// Posts one Write or Send of `p.size` bytes whose last byte is `mark`:
-/// inline when it fits, else the prepared request, its buffer re-marked.
+/// Posts the prepared Write or Send of `p.size` bytes, a Write's last byte
+/// set to `mark` first (the byte the peer spins on).
 #[inline]
-fn post_marked(
-    lane: &mut Lane,
-    op: SendOp,
-    data: &mut [u8],
-    mark: u8,
-    p: &Params,
-) -> Result<(), Error> {
-    let last = p.size - 1;
-    if p.inline_path() {
-        data[last] = mark;
-        return lane.qp.post_inline(op, &data[..p.size], 0, true);
-    }
+fn post_marked(lane: &mut Lane, op: SendOp, mark: u8, p: &Params) -> Result<(), Error> {
     let ping = lane.ping.ok_or_else(no_buffer)?;
     if matches!(op, SendOp::Write(_)) {
-        lane.qp.write_prepared(ping, last, &[mark])?;
+        lane.qp.write_prepared(ping, p.size - 1, &[mark])?;
     }
     lane.qp.post_prepared(ping)
 }
@@ -363,7 +352,6 @@ fn ping_pong(side: &mut Side, p: &Params) -> Result<(), Error> {
         lanes,
         inbox,
         stamps,
-        inline_data,
         ..
     } = side;
     let lane = &mut lanes[0];
@@ -382,7 +370,7 @@ fn ping_pong(side: &mut Side, p: &Params) -> Result<(), Error> {
         if sent < p.iters {
             stamps.posted[sent as usize] = ticks();
             sent += 1;
-            post_marked(lane, op, inline_data, sent as u8, p)?;
+            post_marked(lane, op, sent as u8, p)?;
             wait_sent(lane, sent, p)?;
         }
     }
@@ -405,18 +393,12 @@ fn round_trips(side: &mut Side, p: &Params) -> Result<(), Error> {
 /// The bandwidth sender (see the module docs).
 fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
     let depth = u64::from(side.depth.clamp(1, p.tx_depth.max(1)));
-    let Side {
-        lanes,
-        stamps,
-        inline_data,
-        ..
-    } = side;
+    let Side { lanes, stamps, .. } = side;
     let list = u64::from(p.post_list.clamp(1, MAX_CHAIN as u32)).min(depth);
     // At least one signaled request in any `depth` consecutive ones, or
     // the window fills with requests that never complete (when buffer
     // memory cut the depth below the moderation, say).
     let cq_mod = u64::from(p.cq_mod.max(1)).min(depth);
-    let inline = p.inline_path();
     let signaled = |k: u64| (k + 1) % cq_mod == 0 || k + 1 == p.iters;
     let total = p.iters * lanes.len() as u64;
     let mut chain: [Option<SendRequest<ArenaBuf>>; MAX_CHAIN] = Default::default();
@@ -433,10 +415,7 @@ fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
                 let at = posted as usize;
                 stamps.posted[at..at + n as usize].fill(ticks());
                 let k = lane.posted;
-                if inline {
-                    lane.qp
-                        .post_inline(op, &inline_data[..p.size], 0, signaled(k))?;
-                } else if let Some(source) = lane.ping {
+                if let Some(source) = lane.ping {
                     if signaled(k) {
                         lane.qp.post_prepared(source)?;
                     } else {

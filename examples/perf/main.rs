@@ -192,7 +192,7 @@ impl<'a> Output<'a> {
 
     /// Says so when buffer memory kept fewer requests in flight than asked.
     pub fn note_depth(&self, p: &Params, depth: u32) {
-        if !p.test.is_latency() && p.initiator && depth < p.tx_depth && !p.inline_path() {
+        if !p.test.is_latency() && p.initiator && depth < p.tx_depth {
             eprintln!(
                 "perf: {} B: {depth} requests in flight instead of {} (each owns a buffer; --buf-mem {} MiB)",
                 p.size, p.tx_depth, self.opts.buf_mem_mib

@@ -130,7 +130,6 @@ pub struct Side {
     /// Timestamps of the last run.
     pub stamps: Stamps,
     pub(crate) arena: Arena,
-    pub(crate) inline_data: Vec<u8>,
     pub(crate) depth: u32,
     pub(crate) buf_mem: usize,
 }
@@ -176,7 +175,6 @@ impl Side {
             inbox,
             stamps: Stamps::default(),
             arena,
-            inline_data: Vec::new(),
             depth: 0,
             buf_mem: s.buf_mem,
         })
@@ -235,11 +233,10 @@ impl Side {
     /// inbox, posts the receives, sizes the timestamp tables. Call on both
     /// sides before either starts [`run`].
     pub fn prepare(&mut self, p: &Params) -> Result<(), Error> {
-        let needs_buf = !p.inline_path();
         let prepared_send = p.prepared_send();
         let mut sends = match (p.test.is_latency(), p.initiator) {
             _ if prepared_send => 1,
-            (false, true) if needs_buf => p.tx_depth.max(1),
+            (false, true) => p.tx_depth.max(1),
             _ => 0,
         } as usize;
         let mut recvs = if p.test.is_send() && (p.test.is_latency() || !p.initiator) {
@@ -255,10 +252,10 @@ impl Side {
             recvs = (budget - s).max(usize::from(recvs > 0));
             sends = s;
         }
-        self.depth = if needs_buf && !prepared_send {
-            sends as u32
-        } else {
+        self.depth = if prepared_send {
             p.tx_depth.max(1)
+        } else {
+            sends as u32
         };
         let len = p.size.max(1);
         for lane in &mut self.lanes {
@@ -274,7 +271,10 @@ impl Side {
             lane.recvs.reserve(recvs);
             if prepared_send {
                 let local = Local::range(self.arena.alloc(len)?, 0, p.size).map_err(|(e, _)| e)?;
-                let req = SendRequest::new(operation(lane, p)?, local);
+                let mut req = SendRequest::new(operation(lane, p)?, local);
+                if p.inline_path() {
+                    req = req.inline();
+                }
                 let h = lane.qp.prepare_send(req).map_err(|e| e.error)?;
                 lane.ping = Some(h);
                 lane.prepared.push(h);
@@ -304,8 +304,6 @@ impl Side {
             let n = zeros.len().min(p.size - at);
             self.inbox.write_at(at, &zeros[..n])?;
         }
-        self.inline_data.clear();
-        self.inline_data.resize(p.size.max(1), 0);
         let total = p.iters as usize * self.lanes.len();
         self.stamps.posted.clear();
         self.stamps.posted.resize(total, 0);

@@ -154,6 +154,15 @@ impl<B> InFlight<B> {
         seq
     }
 
+    /// Records a posted request that holds no buffers (inline data).
+    /// The caller checked `!is_full()`.
+    #[inline(always)]
+    pub(crate) fn push_bufless(&mut self, tag: u64, opcode: WcOpcode, signaled: bool) -> u64 {
+        let seq = self.tail;
+        self.claim(tag, opcode, signaled, NOT_PREPARED);
+        seq
+    }
+
     /// The next slot, filled in and counted in flight (its buffers, if
     /// any, are the caller's to move in). The caller checked `!is_full()`.
     #[inline(always)]

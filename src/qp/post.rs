@@ -186,6 +186,26 @@ impl<B: LocalBuf> QueuePair<B> {
             )
     }
 
+    /// Refuses inline data the device cannot take: above the granted
+    /// `max_inline_data`, or for an operation that carries none.
+    #[inline]
+    pub(super) fn check_inline(
+        &self,
+        call: &'static str,
+        op: &SendOp,
+        len: u64,
+    ) -> Result<(), Error> {
+        let too_long = len > u64::from(self.caps.max_inline_data);
+        let no_data_out = matches!(
+            op,
+            SendOp::Read(_) | SendOp::FetchAdd { .. } | SendOp::CompareSwap { .. }
+        );
+        if too_long || no_data_out {
+            return Err(inline_refused(call, too_long));
+        }
+        Ok(())
+    }
+
     /// [`signal_decision`] on this queue pair's send queue.
     #[inline]
     fn decide_signal(&mut self, asked: bool, remaining_in_chain: u64) -> bool {
@@ -211,9 +231,13 @@ impl<B: LocalBuf> QueuePair<B> {
         wr.num_sge = num_sge;
         wr.sg_list = sges.as_mut_ptr();
         fill_op(wr, &req.op, local_len)?;
+        if req.flags.inline {
+            self.check_inline("post_send", &req.op, local_len)?;
+        }
         let signaled = self.decide_signal(req.flags.signaled, remaining);
         wr.wr_id = seq;
-        wr.send_flags = flags(signaled, req.flags.fence, req.flags.solicited, false);
+        let f = req.flags;
+        wr.send_flags = flags(signaled, f.fence, f.solicited, f.inline);
         Ok(signaled)
     }
 
@@ -347,22 +371,7 @@ impl<B: LocalBuf> QueuePair<B> {
         signaled: bool,
     ) -> Result<(), Error> {
         self.check_can_send("post_inline", 1)?;
-        if data.len() > self.caps.max_inline_data as usize {
-            return Err(Error::invalid(
-                "post_inline",
-                "inline data larger than the max_inline_data the device granted",
-            )
-            .with_hint("use a registered buffer, or ask for more max_inline_data in QpConfig"));
-        }
-        if matches!(
-            op,
-            SendOp::Read(_) | SendOp::FetchAdd { .. } | SendOp::CompareSwap { .. }
-        ) {
-            return Err(Error::invalid(
-                "post_inline",
-                "only Write, Write-with-immediate and Send can be inline",
-            ));
-        }
+        self.check_inline("post_inline", &op, data.len() as u64)?;
         let mut wr = sys::ibv_send_wr::zeroed();
         fill_op(&mut wr, &op, data.len() as u64)?;
         let mut sge = sys::ibv_sge {
@@ -384,12 +393,7 @@ impl<B: LocalBuf> QueuePair<B> {
             self.unsignaled_run = run;
             return Err(post_hint(e));
         }
-        self.send.push(
-            tag,
-            expected_opcode(&op),
-            signaled,
-            &mut [None, None, None, None],
-        );
+        self.send.push_bufless(tag, expected_opcode(&op), signaled);
         Ok(())
     }
 
@@ -707,4 +711,19 @@ pub(super) fn post_hint(e: Error) -> Error {
         }
         _ => e,
     }
+}
+
+#[cold]
+fn inline_refused(call: &'static str, too_long: bool) -> Error {
+    if too_long {
+        return Error::invalid(
+            call,
+            "inline data larger than the max_inline_data the device granted",
+        )
+        .with_hint("use a registered buffer, or ask for more max_inline_data in QpConfig");
+    }
+    Error::invalid(
+        call,
+        "only Write, Write-with-immediate and Send can be inline",
+    )
 }

@@ -258,8 +258,14 @@ impl<B: LocalBuf> QueuePair<B> {
     ) -> Result<Prepared, PostError<SendRequest<B>>> {
         let mut wr = sys::ibv_send_wr::zeroed();
         let mut sges = [sys::ibv_sge::default(); MAX_SGE];
-        let checked =
-            fill_sges(&req.locals, &mut sges).and_then(|(_, len)| fill_op(&mut wr, &req.op, len));
+        let checked = fill_sges(&req.locals, &mut sges).and_then(|(_, len)| {
+            fill_op(&mut wr, &req.op, len)?;
+            if req.flags.inline {
+                self.check_inline("prepare_send", &req.op, len)
+            } else {
+                Ok(())
+            }
+        });
         if let Err(error) = checked {
             return Err(PostError {
                 error,
@@ -267,7 +273,8 @@ impl<B: LocalBuf> QueuePair<B> {
             });
         }
         let mut entry = Entry::new(wr, sges, &mut req.locals);
-        entry.flags = flags(false, req.flags.fence, req.flags.solicited, false);
+        let f = req.flags;
+        entry.flags = flags(false, f.fence, f.solicited, f.inline);
         entry.tag = req.tag;
         entry.opcode = expected_opcode(&req.op);
         entry.signaled = req.flags.signaled;
