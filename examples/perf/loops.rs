@@ -2,15 +2,16 @@
 //!
 //! Everything between the first timestamp and the last runs here, through
 //! the crate's safe data path: `post_prepared` for the latency tests' one
-//! request, the bandwidth sender's one source and every receive (built
-//! once in `Side::prepare`, posted again, as perftest posts its prebuilt
-//! request, inline or not), `post_send_chain` (`post_send` for a single
-//! request) for chains, whose requests own their buffers, and `poll_ref`. `tests/rdma_zero_alloc.rs` includes
-//! this very file and runs these functions under a counting allocator, so
-//! the rule is: nothing in [`run`] allocates. Every buffer, pool and
-//! timestamp table is sized in [`Side::prepare`] (module `side`); pools are
-//! `Vec`s pushed and popped within the capacity reserved there; errors are
-//! `verbs::Error` (`Copy`, no heap).
+//! request, the bandwidth sender's one source and the receives (built once
+//! in `Side::prepare` and posted again, as perftest posts its prebuilt
+//! requests; a latency test's one receive is posted `rx_depth` times),
+//! `post_send_chain` (`post_send` for a single request) for chains, whose
+//! requests own their buffers, and `poll_ref`. `tests/rdma_zero_alloc.rs`
+//! includes this very file and runs these functions under a counting
+//! allocator, so the rule is: nothing in [`run`] allocates. Every buffer,
+//! pool and timestamp table is sized in [`Side::prepare`] (module `side`);
+//! pools are `Vec`s pushed and popped within the capacity reserved there;
+//! errors are `verbs::Error` (`Copy`, no heap).
 //!
 //! Methodology, per test (the same as perftest's, implemented here):
 //! - `write_lat`, `send_lat`: symmetric ping-pong. Each side waits for the
@@ -155,8 +156,7 @@ pub struct Params {
 impl Params {
     /// Requests carry their data inline (`SendRequest::inline`), the NIC
     /// never reading their buffer: Write and Send up to the inline size,
-    /// one request per post call. `prepare`
-    /// carves buffers and the loops post by this one answer.
+    /// one request per post call.
     pub fn inline_path(&self) -> bool {
         self.test.can_inline() && self.size <= self.inline && self.post_list <= 1
     }
