@@ -16,6 +16,18 @@ fn setup(name: &str) -> Option<(ProtectionDomain, Qp, Qp)> {
     support::pd_and_pair(name)
 }
 
+/// A region the peer may write and read, and its first `len` bytes as a
+/// remote target.
+fn remote_target(
+    pd: &ProtectionDomain,
+    region_len: usize,
+    len: u64,
+) -> (MemoryRegion, RemoteSlice) {
+    let region = support::remote_region(pd, region_len);
+    let dst = RemoteSlice::new(&region.remote().unwrap(), 0, len).unwrap();
+    (region, dst)
+}
+
 /// Polls `qp` with `poll_ref` until one request came back; returns its
 /// (tag, prepared handle, status, opcode, byte_len).
 fn next(qp: &mut Qp) -> (u64, Option<verbs::Prepared>, WcStatus, WcOpcode, u32) {
@@ -39,8 +51,7 @@ fn a_prepared_write_posted_again_lands_each_new_payload() {
     else {
         return;
     };
-    let target = support::remote_region(&pd, 4096);
-    let dst = RemoteSlice::new(&target.remote().unwrap(), 0, 256).unwrap();
+    let (target, dst) = remote_target(&pd, 4096, 256);
     let local = Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, 256).unwrap();
     let w = a
         .prepare_send(SendRequest::new(SendOp::Write(dst), local).tag(9))
@@ -124,8 +135,7 @@ fn prepared_requests_refuse_misuse() {
     let Some((pd, mut a, mut b)) = setup("prepared_requests_refuse_misuse") else {
         return;
     };
-    let target = support::remote_region(&pd, 8192);
-    let dst = RemoteSlice::new(&target.remote().unwrap(), 0, 512).unwrap();
+    let (target, dst) = remote_target(&pd, 8192, 512);
     // Checked once, at prepare: local data longer than the remote slice.
     let long = Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, 1024).unwrap();
     let refused = a
@@ -184,8 +194,7 @@ fn poll_ref_hands_back_unsignaled_requests_with_their_buffers() {
     else {
         return;
     };
-    let target = support::remote_region(&pd, 4096);
-    let dst = RemoteSlice::new(&target.remote().unwrap(), 0, 64).unwrap();
+    let (_target, dst) = remote_target(&pd, 4096, 64);
     for k in 0..4u64 {
         let local = Local::range(MemoryRegion::new(&pd, 64).unwrap(), 0, 64).unwrap();
         let req = SendRequest::new(SendOp::Write(dst), local).tag(k);
@@ -238,8 +247,7 @@ fn inline_requests_land_without_the_nic_reading_their_buffer() {
         granted >= 16,
         "device granted {granted} bytes of inline data"
     );
-    let target = support::remote_region(&pd, 4096);
-    let dst = RemoteSlice::new(&target.remote().unwrap(), 0, granted as u64).unwrap();
+    let (target, dst) = remote_target(&pd, 4096, granted as u64);
     // Registered in another protection domain: a NIC reading it would fail
     // the request (LOC_PROT_ERR); inline data is copied by the provider at
     // post time, so its lkey is never used.

@@ -402,13 +402,9 @@ impl<B: LocalBuf> QueuePair<B> {
     #[inline(always)]
     #[allow(clippy::result_large_err)]
     pub fn post_recv(&mut self, mut req: RecvRequest<B>) -> Result<(), PostError<RecvRequest<B>>> {
-        if self.state == QpState::RESET
-            || self.state == QpState::ERR
-            || self.has_srq
-            || self.recv.is_full()
-        {
+        if let Err(error) = self.check_can_recv() {
             return Err(PostError {
-                error: self.cannot_recv(),
+                error,
                 request: req,
             });
         }
@@ -444,8 +440,22 @@ impl<B: LocalBuf> QueuePair<B> {
         Ok(())
     }
 
+    /// Refuses a receive unless the queue pair takes one now: past RESET,
+    /// not in ERR, no shared receive queue, room in the receive queue.
+    #[inline(always)]
+    pub(super) fn check_can_recv(&self) -> Result<(), Error> {
+        if self.state == QpState::RESET
+            || self.state == QpState::ERR
+            || self.has_srq
+            || self.recv.is_full()
+        {
+            return Err(self.cannot_recv());
+        }
+        Ok(())
+    }
+
     #[cold]
-    pub(super) fn cannot_recv(&self) -> Error {
+    fn cannot_recv(&self) -> Error {
         if self.state == QpState::RESET || self.state == QpState::ERR {
             Error::new("post_recv", ErrorKind::BadState)
                 .with_detail("receives need INIT, RTR or RTS")

@@ -23,7 +23,7 @@ use crate::wr::{Local, RecvRequest, SendRequest, MAX_SGE};
 use super::post::{
     expected_opcode, fill_op, fill_sges, flags, post_hint, signal_decision, PostError, RECV_BIT,
 };
-use super::{QpState, QueuePair};
+use super::QueuePair;
 
 /// A request a queue pair keeps for posting again: a handle, valid on the
 /// queue pair that prepared it until released.
@@ -358,13 +358,7 @@ impl<B: LocalBuf> QueuePair<B> {
 
     #[inline(always)]
     fn post_prepared_recv(&mut self, p: Prepared) -> Result<(), Error> {
-        if self.state == QpState::RESET
-            || self.state == QpState::ERR
-            || self.has_srq
-            || self.recv.is_full()
-        {
-            return Err(self.cannot_recv());
-        }
+        self.check_can_recv()?;
         let seq = self.recv.next_seq();
         let entry = self.prepared.entry(p)?;
         let num_sge = entry.refresh_sges()?;
