@@ -263,6 +263,7 @@ impl Side {
             recvs = (budget - s).max(usize::from(recvs > 0));
             sends = s;
         }
+        // Each send_bw receive has its own buffer: the budget may cut them.
         let posts = if p.test.is_latency() { posts } else { recvs };
         self.depth = if prepared_send {
             p.tx_depth.max(1)

@@ -82,7 +82,7 @@ pub(super) fn expected_opcode(op: &SendOp) -> WcOpcode {
 
 /// Fills `wr` for `op`, checking what the NIC would otherwise reject late.
 #[inline]
-pub(super) fn fill_op(wr: &mut sys::ibv_send_wr, op: &SendOp, local_len: u64) -> Result<(), Error> {
+fn fill_op(wr: &mut sys::ibv_send_wr, op: &SendOp, local_len: u64) -> Result<(), Error> {
     use sys::ibv_wr_opcode as O;
     let rdma = |wr: &mut sys::ibv_send_wr, r: &crate::wr::RemoteSlice| -> Result<(), Error> {
         if local_len > r.len {
@@ -189,12 +189,7 @@ impl<B: LocalBuf> QueuePair<B> {
     /// Refuses inline data the device cannot take: above the granted
     /// `max_inline_data`, or for an operation that carries none.
     #[inline]
-    pub(super) fn check_inline(
-        &self,
-        call: &'static str,
-        op: &SendOp,
-        len: u64,
-    ) -> Result<(), Error> {
+    fn check_inline(&self, call: &'static str, op: &SendOp, len: u64) -> Result<(), Error> {
         let too_long = len > u64::from(self.caps.max_inline_data);
         let no_data_out = matches!(
             op,
@@ -204,6 +199,24 @@ impl<B: LocalBuf> QueuePair<B> {
             return Err(inline_refused(call, too_long));
         }
         Ok(())
+    }
+
+    /// Fills `sges` from `req`'s buffers and `wr`'s operation, and checks
+    /// inline data against the device; returns the number of entries.
+    #[inline]
+    pub(super) fn fill_checked(
+        &self,
+        call: &'static str,
+        req: &SendRequest<B>,
+        wr: &mut sys::ibv_send_wr,
+        sges: &mut [sys::ibv_sge; MAX_SGE],
+    ) -> Result<i32, Error> {
+        let (num_sge, len) = fill_sges(&req.locals, sges)?;
+        fill_op(wr, &req.op, len)?;
+        if req.flags.inline {
+            self.check_inline(call, &req.op, len)?;
+        }
+        Ok(num_sge)
     }
 
     /// [`signal_decision`] on this queue pair's send queue.
@@ -227,13 +240,8 @@ impl<B: LocalBuf> QueuePair<B> {
         seq: u64,
         remaining: u64,
     ) -> Result<bool, Error> {
-        let (num_sge, local_len) = fill_sges(&req.locals, sges)?;
-        wr.num_sge = num_sge;
+        wr.num_sge = self.fill_checked("post_send", req, wr, sges)?;
         wr.sg_list = sges.as_mut_ptr();
-        fill_op(wr, &req.op, local_len)?;
-        if req.flags.inline {
-            self.check_inline("post_send", &req.op, local_len)?;
-        }
         let signaled = self.decide_signal(req.flags.signaled, remaining);
         wr.wr_id = seq;
         let f = req.flags;

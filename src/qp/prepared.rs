@@ -21,7 +21,7 @@ use crate::sys::{self, ibv_send_flags as F, Zeroed};
 use crate::wr::{Local, RecvRequest, SendRequest, MAX_SGE};
 
 use super::post::{
-    expected_opcode, fill_op, fill_sges, flags, post_hint, signal_decision, PostError, RECV_BIT,
+    expected_opcode, fill_sges, flags, post_hint, signal_decision, PostError, RECV_BIT,
 };
 use super::QueuePair;
 
@@ -258,15 +258,7 @@ impl<B: LocalBuf> QueuePair<B> {
     ) -> Result<Prepared, PostError<SendRequest<B>>> {
         let mut wr = sys::ibv_send_wr::zeroed();
         let mut sges = [sys::ibv_sge::default(); MAX_SGE];
-        let checked = fill_sges(&req.locals, &mut sges).and_then(|(_, len)| {
-            fill_op(&mut wr, &req.op, len)?;
-            if req.flags.inline {
-                self.check_inline("prepare_send", &req.op, len)
-            } else {
-                Ok(())
-            }
-        });
-        if let Err(error) = checked {
+        if let Err(error) = self.fill_checked("prepare_send", &req, &mut wr, &mut sges) {
             return Err(PostError {
                 error,
                 request: req,
