@@ -99,7 +99,10 @@ fn local_sge_past_the_region_is_a_local_protection_error() {
         lkey: local.lkey(),
     };
     let mut wr = <verbs::sys::ibv_send_wr as verbs::sys::Zeroed>::zeroed();
-    wr.wr_id = 5;
+    // Bit 61 set: raw ids may use every bit below 62, and a raw completion
+    // must not be taken for a receive on a shared receive queue (bit 61).
+    let id = 5 | 1 << 61;
+    wr.wr_id = id;
     wr.sg_list = &mut sge;
     wr.num_sge = 1;
     wr.opcode = verbs::sys::ibv_wr_opcode::RDMA_WRITE;
@@ -113,7 +116,7 @@ fn local_sge_past_the_region_is_a_local_protection_error() {
     // NIC's lkey check (which is what this test asserts), never read.
     unsafe { a.post_send_raw(&mut wr) }.unwrap();
     let c = a.wait_one(support::deadline()).unwrap();
-    assert_eq!(c.tag, 5);
+    assert_eq!((c.tag, c.is_recv), (id, false));
     assert!(
         c.status == S::LOC_PROT_ERR || c.status == S::LOC_LEN_ERR,
         "expected LOC_PROT_ERR (or LOC_LEN_ERR), got {:?}",

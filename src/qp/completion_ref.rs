@@ -8,7 +8,7 @@
 use crate::cq::{WcOpcode, WcStatus, WorkCompletion};
 use crate::error::Error;
 
-use super::inflight::{Bufs, Completion, Slot};
+use super::inflight::{Bufs, Completion, Slot, NOT_PREPARED};
 use super::prepared::Prepared;
 #[cfg(doc)]
 use super::QueuePair;
@@ -23,7 +23,6 @@ pub struct CompletionRef<'a, B> {
     /// False for an unsignaled request completed by a later entry.
     pub(crate) own_entry: bool,
     pub(crate) is_recv: bool,
-    pub(crate) prepared: Option<Prepared>,
 }
 
 impl<B> CompletionRef<'_, B> {
@@ -105,7 +104,16 @@ impl<B> CompletionRef<'_, B> {
     /// the queue pair).
     #[inline]
     pub fn prepared(&self) -> Option<Prepared> {
-        self.prepared
+        let slot = self.slot.as_ref()?;
+        // The queue pair owns its CQ, so the entry's QP number is ours.
+        (slot.prepared != NOT_PREPARED).then(|| {
+            Prepared::of_post(
+                slot.prepared,
+                slot.generation,
+                self.wc.qp_num(),
+                self.is_recv,
+            )
+        })
     }
 
     /// `Ok` on success, else the typed error with the primer's meaning
@@ -144,7 +152,7 @@ impl<B> CompletionRef<'_, B> {
             vendor_err: self.vendor_err(),
             bufs: Bufs::new([None, None, None, None]),
             srq_wr_id: 0,
-            prepared: self.prepared,
+            prepared: self.prepared(),
         };
         match self.slot.as_mut() {
             Some(slot) => slot.take_bufs_into(&mut c.bufs),
@@ -173,7 +181,7 @@ impl<B> core::fmt::Debug for CompletionRef<'_, B> {
             .field("opcode", &self.opcode())
             .field("byte_len", &self.byte_len())
             .field("signaled", &self.signaled())
-            .field("prepared", &self.prepared)
+            .field("prepared", &self.prepared())
             .finish()
     }
 }

@@ -27,6 +27,8 @@ pub(crate) struct Slot<B> {
     /// The prepared request this post is of (its index in the queue pair's
     /// table), or `NOT_PREPARED`.
     pub(crate) prepared: u32,
+    /// That prepared request's generation (see `Prepared`).
+    pub(crate) generation: u32,
     /// How many of `bufs` (a prefix) hold buffers.
     nbufs: u8,
     /// All `None` while the slot is free.
@@ -96,6 +98,7 @@ impl<B> InFlight<B> {
             opcode: WcOpcode::SEND,
             signaled: false,
             prepared: NOT_PREPARED,
+            generation: 0,
             nbufs: 0,
             bufs: [None, None, None, None],
         });
@@ -182,25 +185,43 @@ impl<B> InFlight<B> {
     /// Records a post of prepared request `index`, whose buffers stay in
     /// the prepared table. The caller checked `!is_full()`.
     #[inline(always)]
-    pub(crate) fn push_prepared(&mut self, tag: u64, opcode: WcOpcode, signaled: bool, index: u32) {
-        self.claim(tag, opcode, signaled, index);
+    pub(crate) fn push_prepared(
+        &mut self,
+        tag: u64,
+        opcode: WcOpcode,
+        signaled: bool,
+        index: u32,
+        generation: u32,
+    ) {
+        self.claim(tag, opcode, signaled, index).generation = generation;
     }
 
     /// True when `seq` is in flight.
+    #[inline(always)]
     pub(crate) fn contains(&self, seq: u64) -> bool {
         seq >= self.head && seq < self.tail
     }
 
-    /// Removes the oldest request; the caller takes its buffers out of the
-    /// slot (`Slot::take_bufs`) before the next push.
-    #[inline]
-    pub(crate) fn pop(&mut self) -> Option<(u64, &mut Slot<B>)> {
-        if self.head == self.tail {
-            return None;
+    /// How many requests the completion of `seq` finishes: the oldest
+    /// through `seq` (a queue completes in post order); 0 if `seq` is not
+    /// in flight.
+    #[inline(always)]
+    pub(crate) fn through(&self, seq: u64) -> u64 {
+        if self.contains(seq) {
+            seq + 1 - self.head
+        } else {
+            0
         }
-        let seq = self.head;
+    }
+
+    /// Removes the oldest request, which `through` counted; the caller
+    /// takes its buffers out of the slot before the next push.
+    #[inline(always)]
+    pub(crate) fn pop_oldest(&mut self) -> &mut Slot<B> {
+        debug_assert!(self.head < self.tail);
+        let at = (self.head & self.mask) as usize;
         self.head += 1;
-        Some((seq, &mut self.slots[(seq & self.mask) as usize]))
+        &mut self.slots[at]
     }
 }
 

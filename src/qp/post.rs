@@ -14,7 +14,7 @@ use crate::time::Deadline;
 use crate::wr::{Local, RecvRequest, SendOp, SendRequest, MAX_SGE};
 
 use super::completion_ref::CompletionRef;
-use super::inflight::{Completion, NOT_PREPARED};
+use super::inflight::Completion;
 use super::{QpState, QueuePair};
 
 /// Most requests posted with one doorbell by [`QueuePair::post_send_chain`].
@@ -646,40 +646,32 @@ impl<B: LocalBuf> QueuePair<B> {
             self.state = QpState::ERR; // every later request will flush
         }
         let is_recv = id & RECV_BIT != 0;
-        // A receive on a shared receive queue (its buffers are with the
-        // SRQ) or a raw post (no buffers): no slot here.
-        let foreign = !is_recv && id & (crate::srq::SRQ_BIT | RAW_BIT) != 0;
-        let seq = id & SEQ_MASK;
         let queue = if is_recv {
             &mut self.recv
         } else {
             &mut self.send
         };
-        if !foreign && !queue.contains(seq) {
-            return 0; // not ours (a stale id): nothing to return
+        // The ids of raw posts and of receives on a shared receive queue have
+        // a bit set that no sequence number reaches: never in flight here.
+        let mut count = queue.through(id & !RECV_BIT);
+        // No slot here: a raw post (no buffers), or a receive on a shared
+        // receive queue (its buffers are with the SRQ). Otherwise a stale id.
+        let foreign = count == 0 && !is_recv && id & (crate::srq::SRQ_BIT | RAW_BIT) != 0;
+        let mut handed_as_recv = is_recv;
+        if foreign {
+            count = 1;
+            handed_as_recv = id & RAW_BIT == 0;
         }
-        let mut delivered = 0;
+        let delivered = count as usize;
         // One call site of `on_done`, so that the caller's closure is inlined.
-        loop {
-            let (slot, own_entry, prepared) = if foreign {
-                (None, true, None)
-            } else {
-                let Some((s, slot)) = queue.pop() else { break };
-                let prepared = (slot.prepared != NOT_PREPARED)
-                    .then(|| self.prepared.completed(is_recv, slot.prepared));
-                (Some(slot), s == seq, prepared)
-            };
+        while count > 0 {
+            count -= 1;
             on_done(CompletionRef {
                 wc,
-                slot,
-                own_entry,
-                is_recv: is_recv || (foreign && id & crate::srq::SRQ_BIT != 0),
-                prepared,
+                slot: (!foreign).then(|| queue.pop_oldest()),
+                own_entry: count == 0,
+                is_recv: handed_as_recv,
             });
-            delivered += 1;
-            if own_entry {
-                break;
-            }
         }
         delivered
     }

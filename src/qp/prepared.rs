@@ -37,7 +37,21 @@ pub struct Prepared {
     recv: bool,
 }
 
+/// `Entry::last_post` of a request never posted: no queue reaches it.
+const NEVER: u64 = u64::MAX;
+
 impl Prepared {
+    /// The handle of a post the in-flight table recorded.
+    #[inline(always)]
+    pub(crate) fn of_post(index: u32, generation: u32, qp_num: u32, recv: bool) -> Prepared {
+        Prepared {
+            index,
+            generation,
+            qp_num,
+            recv,
+        }
+    }
+
     /// True for a receive.
     pub fn is_recv(&self) -> bool {
         self.recv
@@ -61,8 +75,11 @@ pub(crate) struct Entry<B> {
     signaled: bool,
     /// Send flags but `SIGNALED`, which is decided at each post.
     flags: F,
-    /// Posts not yet completed: the buffers are the NIC's while non-zero.
-    in_flight: u32,
+    /// Sequence number of the latest post on its queue (`NEVER` before the
+    /// first). Queues complete in post order, so the buffers are the NIC's
+    /// exactly while that post is in flight; its completion needs no visit
+    /// here.
+    last_post: u64,
     /// False once released: free for the next prepare.
     live: bool,
     /// Bumped at every release.
@@ -87,7 +104,7 @@ impl<B: LocalBuf> Entry<B> {
             opcode: WcOpcode::SEND,
             signaled: true,
             flags: F::EMPTY,
-            in_flight: 0,
+            last_post: NEVER,
             live: true,
             generation: 0,
         };
@@ -205,25 +222,6 @@ impl<B: LocalBuf> PreparedTable<B> {
             _ => Err(gone()),
         }
     }
-
-    /// A post of entry `index` completed: its buffers are the caller's
-    /// again once no other post of it is in flight. Returns its handle.
-    #[inline(always)]
-    pub(crate) fn completed(&mut self, recv: bool, index: u32) -> Prepared {
-        let qp_num = self.qp_num;
-        let table = self.queue(recv);
-        let mut generation = 0;
-        if let Some(e) = table.get_mut(index as usize) {
-            e.in_flight -= 1;
-            generation = e.generation;
-        }
-        Prepared {
-            index,
-            generation,
-            qp_num,
-            recv,
-        }
-    }
 }
 
 #[cold]
@@ -337,14 +335,14 @@ impl<B: LocalBuf> QueuePair<B> {
         let mut bad = core::ptr::null_mut();
         // SAFETY: live QP; `wr` and `sges` are valid for the call and name
         // buffers the entry owns, which stay in the table, out of reach
-        // (`in_flight` > 0 refuses `prepared_buf` and release), until the
-        // completion is polled.
+        // (`idle_entry` refuses `prepared_buf` and release while this post,
+        // recorded as `last_post`, is in flight), until the completion is polled.
         let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), &mut entry.wr, &mut bad) };
         crate::ret::check_rc("ibv_post_send", rc).map_err(post_hint)?;
-        entry.in_flight += 1;
+        entry.last_post = seq;
         self.unsignaled_run = run;
         self.send
-            .push_prepared(entry.tag, entry.opcode, signaled, p.index);
+            .push_prepared(entry.tag, entry.opcode, signaled, p.index, p.generation);
         Ok(())
     }
 
@@ -366,9 +364,10 @@ impl<B: LocalBuf> QueuePair<B> {
         // receive completes (as in `post_prepared`).
         let rc = unsafe { sys::verbs_shim_post_recv(self.qp.as_ptr(), &mut wr, &mut bad) };
         crate::ret::check_rc("ibv_post_recv", rc)?;
-        entry.in_flight += 1;
+        entry.last_post = seq;
         let tag = entry.tag;
-        self.recv.push_prepared(tag, WcOpcode::RECV, true, p.index);
+        self.recv
+            .push_prepared(tag, WcOpcode::RECV, true, p.index, p.generation);
         Ok(())
     }
 
@@ -377,10 +376,7 @@ impl<B: LocalBuf> QueuePair<B> {
     /// post of the request is in flight.
     #[inline]
     pub fn prepared_buf(&mut self, p: Prepared) -> Result<&mut B, Error> {
-        let entry = self.prepared.entry(p)?;
-        if entry.in_flight != 0 {
-            return Err(busy("prepared_buf"));
-        }
+        let entry = self.idle_entry(p, "prepared_buf")?;
         entry.stale = true;
         entry.bufs[0]
             .as_mut()
@@ -428,10 +424,7 @@ impl<B: LocalBuf> QueuePair<B> {
         len: usize,
         call: &'static str,
     ) -> Result<*mut u8, Error> {
-        let entry = self.prepared.entry(p)?;
-        if entry.in_flight != 0 {
-            return Err(busy(call));
-        }
+        let entry = self.idle_entry(p, call)?;
         let Some(buf) = &entry.bufs[0] else {
             return Err(no_buffer(call));
         };
@@ -442,10 +435,18 @@ impl<B: LocalBuf> QueuePair<B> {
     /// Ends a prepared request and hands its buffers back (in
     /// scatter/gather order). Refused while a post of it is in flight.
     pub fn release_prepared(&mut self, p: Prepared) -> Result<impl Iterator<Item = B>, Error> {
-        let entry = self.prepared.entry(p)?;
-        if entry.in_flight != 0 {
-            return Err(busy("release_prepared"));
-        }
+        let entry = self.idle_entry(p, "release_prepared")?;
         Ok(entry.take_bufs())
+    }
+
+    /// The live entry `p` names, refused while a post of it is in flight.
+    #[inline(always)]
+    fn idle_entry(&mut self, p: Prepared, call: &'static str) -> Result<&mut Entry<B>, Error> {
+        let queue = if p.recv { &self.recv } else { &self.send };
+        let entry = self.prepared.entry(p)?;
+        if queue.contains(entry.last_post) {
+            return Err(busy(call));
+        }
+        Ok(entry)
     }
 }
