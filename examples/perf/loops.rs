@@ -25,7 +25,9 @@
 //!   `post_list` requests, every `cq_mod`-th (and the last) signaled; one
 //!   timestamp per post call and one per signaled completion.
 
-use verbs::{Access, ArenaBuf, Error, ErrorKind, Local, MemoryRegion, SendOp, SendRequest};
+use verbs::{
+    Access, ArenaBuf, Error, ErrorKind, Local, MemoryRegion, SendOp, SendRequest, WcStatus,
+};
 
 use super::clock::ticks;
 use super::side::{Lane, Side};
@@ -224,8 +226,9 @@ impl Spin {
 /// Polls `lane`'s completion queue once. Buffers go back to their pools,
 /// finished requests are counted (`total` counts send-queue requests of
 /// every lane), and each signaled send completion is timestamped into
-/// `record`. Returns the number of requests handed back.
-#[inline]
+/// `record`. Returns the number of requests handed back. Inlined into
+/// each wait loop, which then keeps its state in registers across polls.
+#[inline(always)]
 fn reap(
     lane: &mut Lane,
     total: &mut u64,
@@ -234,46 +237,52 @@ fn reap(
     let Lane {
         qp,
         sends,
-        recvs,
         done,
         received,
         ..
     } = lane;
     let mut failed = None;
-    let n = qp.poll_ref(|mut c| {
-        if let Err(e) = c.result() {
-            failed.get_or_insert(e);
-        }
-        // Pushes stay within the capacity reserved in `Side::prepare`.
-        if c.is_recv() {
-            *received += 1;
-            if let Some(h) = c.prepared() {
-                recvs.push(h);
+    // Inlined too: `reap` has several call sites, so the closure would
+    // otherwise be a call per completion.
+    let n = qp.poll_ref(
+        #[inline(always)]
+        |mut c| {
+            if c.status() != WcStatus::SUCCESS && failed.is_none() {
+                failed = c.result().err();
             }
-        } else {
-            *done += 1;
-            if let Some(buf) = c.take_buf() {
-                sends.push(buf);
-            }
-            *total += 1;
-            if c.signaled() {
-                if let Some(r) = record.as_mut() {
-                    r.push((*total - 1, ticks()));
+            // Pushes stay within the capacity reserved in `Side::prepare`.
+            if c.is_recv() {
+                *received += 1; // its prepared receive is free again: see `repost`
+            } else {
+                *done += 1;
+                if let Some(buf) = c.take_buf() {
+                    sends.push(buf);
+                }
+                *total += 1;
+                if c.signaled() {
+                    if let Some(r) = record.as_mut() {
+                        r.push((*total - 1, ticks()));
+                    }
                 }
             }
-        }
-    })?;
+        },
+    )?;
     match failed {
         Some(e) => Err(e),
         None => Ok(n),
     }
 }
 
-/// Posts the prepared receives the lane holds, until `iters` were posted.
+/// Posts the lane's prepared receives in turn, keeping `recv_window`
+/// posted, until `iters` were posted.
 #[inline(always)]
 pub(crate) fn repost(lane: &mut Lane, p: &Params) -> Result<(), Error> {
-    while lane.recv_posted < p.iters {
-        let Some(h) = lane.recvs.pop() else { break };
+    while lane.recv_posted < p.iters && lane.recv_posted - lane.received < lane.recv_window {
+        let h = *lane.recvs.get(lane.recv_next).ok_or_else(no_buffer)?;
+        lane.recv_next += 1;
+        if lane.recv_next == lane.recvs.len() {
+            lane.recv_next = 0;
+        }
         lane.qp.post_prepared(h)?;
         lane.recv_posted += 1;
     }
@@ -294,7 +303,7 @@ pub(crate) fn operation(lane: &Lane, p: &Params) -> Result<SendOp, Error> {
 }
 
 /// Polls until the lane's send-queue requests up to number `n` completed.
-#[inline]
+#[inline(always)]
 fn wait_sent(lane: &mut Lane, n: u64, p: &Params) -> Result<(), Error> {
     let mut spin = Spin::new();
     let mut total = 0;
@@ -335,17 +344,6 @@ fn wait_byte(inbox: &MemoryRegion, at: usize, want: u8, p: &Params) -> Result<()
     }
 }
 
-/// Posts the prepared Write or Send of `p.size` bytes, a Write's last byte
-/// set to `mark` first (the byte the peer spins on).
-#[inline]
-fn post_marked(lane: &mut Lane, op: SendOp, mark: u8, p: &Params) -> Result<(), Error> {
-    let ping = lane.ping.ok_or_else(no_buffer)?;
-    if matches!(op, SendOp::Write(_)) {
-        lane.qp.write_prepared(ping, p.size - 1, &[mark])?;
-    }
-    lane.qp.post_prepared(ping)
-}
-
 /// `write_lat` and `send_lat` (see the module docs).
 fn ping_pong(side: &mut Side, p: &Params) -> Result<(), Error> {
     let Side {
@@ -355,7 +353,7 @@ fn ping_pong(side: &mut Side, p: &Params) -> Result<(), Error> {
         ..
     } = side;
     let lane = &mut lanes[0];
-    let op = operation(lane, p)?;
+    let ping = lane.ping.ok_or_else(no_buffer)?;
     let (mut sent, mut seen) = (0u64, 0u64);
     while sent < p.iters || seen < p.iters {
         if seen < p.iters && !(sent == 0 && p.initiator) {
@@ -370,7 +368,11 @@ fn ping_pong(side: &mut Side, p: &Params) -> Result<(), Error> {
         if sent < p.iters {
             stamps.posted[sent as usize] = ticks();
             sent += 1;
-            post_marked(lane, op, sent as u8, p)?;
+            if p.test == Test::WriteLat {
+                // The last byte, which the peer spins on.
+                lane.qp.write_prepared(ping, p.size - 1, &[sent as u8])?;
+            }
+            lane.qp.post_prepared(ping)?;
             wait_sent(lane, sent, p)?;
         }
     }

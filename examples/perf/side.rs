@@ -90,9 +90,14 @@ pub struct Lane {
     /// The one request posted again and again, prepared with its buffer
     /// (`Params::prepared_send`).
     pub(crate) ping: Option<Prepared>,
-    /// Prepared receives to post (again), one per post: a latency test's
-    /// one receive is in here once per post of it.
+    /// The prepared receives, posted again in turn (a latency test has
+    /// one). A queue completes in post order, so with at most `recv_window`
+    /// posted, the next one's previous post has completed.
     pub(crate) recvs: Vec<Prepared>,
+    /// Which of `recvs` is posted next.
+    pub(crate) recv_next: usize,
+    /// Most receives posted at once.
+    pub(crate) recv_window: u64,
     /// Every request prepared for this run (released by the next prepare).
     pub(crate) prepared: Vec<Prepared>,
     pub(crate) posted: u64,
@@ -189,6 +194,8 @@ impl Side {
             sends: Vec::new(),
             ping: None,
             recvs: Vec::new(),
+            recv_next: 0,
+            recv_window: 0,
             prepared: Vec::new(),
             posted: 0,
             done: 0,
@@ -281,7 +288,6 @@ impl Side {
             }
         }
         for lane in &mut self.lanes {
-            lane.recvs.reserve(posts);
             if prepared_send {
                 let local = Local::range(self.arena.alloc(len)?, 0, p.size).map_err(|(e, _)| e)?;
                 let mut req = SendRequest::new(operation(lane, p)?, local);
@@ -305,10 +311,10 @@ impl Side {
                     .map_err(|e| e.error)?;
                 lane.prepared.push(h);
             }
-            let first = lane.prepared.len() - recvs;
-            for i in 0..posts {
-                lane.recvs.push(lane.prepared[first + i % recvs]);
-            }
+            lane.recvs
+                .extend_from_slice(&lane.prepared[lane.prepared.len() - recvs..]);
+            lane.recv_next = 0;
+            lane.recv_window = posts as u64;
             lane.posted = 0;
             lane.done = 0;
             lane.recv_posted = 0;
