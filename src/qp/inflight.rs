@@ -59,16 +59,25 @@ impl<B> Slot<B> {
     /// Takes the first buffer still held.
     #[inline(always)]
     pub(crate) fn take_first(&mut self) -> Option<B> {
-        let n = usize::from(self.nbufs);
-        self.bufs[..n].iter_mut().find_map(Option::take)
+        if self.nbufs == 0 {
+            return None; // a prepared post: its buffers stay in its entry
+        }
+        let [b0, b1, b2, b3] = &mut self.bufs;
+        b0.take()
+            .or_else(|| b1.take())
+            .or_else(|| b2.take())
+            .or_else(|| b3.take())
     }
 
     /// Drops the buffers nobody took, leaving the slot free.
     #[inline(always)]
     pub(crate) fn drop_leftover(&mut self) {
-        let n = usize::from(self.nbufs);
-        self.nbufs = 0;
-        if self.bufs[..n].iter().any(Option::is_some) {
+        if core::mem::take(&mut self.nbufs) == 0 {
+            return; // a prepared post: its buffers stay in its entry
+        }
+        let [b0, b1, b2, b3] = &self.bufs;
+        // `|`, not `||`: one branch for the usual answer (all taken).
+        if b0.is_some() | b1.is_some() | b2.is_some() | b3.is_some() {
             drop_cold(core::mem::take(&mut self.bufs));
         }
     }
@@ -207,8 +216,10 @@ impl<B> InFlight<B> {
     /// in flight.
     #[inline(always)]
     pub(crate) fn through(&self, seq: u64) -> u64 {
-        if self.contains(seq) {
-            seq + 1 - self.head
+        // One comparison: below `head`, the difference wraps to a huge value.
+        let age = seq.wrapping_sub(self.head);
+        if age < self.len() {
+            age + 1
         } else {
             0
         }

@@ -214,11 +214,15 @@ impl<B: LocalBuf> PreparedTable<B> {
     /// The live entry `p` names on this queue pair.
     #[inline(always)]
     fn entry(&mut self, p: Prepared) -> Result<&mut Entry<B>, Error> {
-        if p.qp_num != self.qp_num {
-            return Err(gone());
-        }
+        let qp_num = self.qp_num;
         match self.queue(p.recv).get_mut(p.index as usize) {
-            Some(e) if e.live && e.generation == p.generation => Ok(e),
+            // One test for all three (a branch each costs on the data path).
+            Some(e)
+                if (p.qp_num ^ qp_num) | (p.generation ^ e.generation) | u32::from(!e.live)
+                    == 0 =>
+            {
+                Ok(e)
+            }
             _ => Err(gone()),
         }
     }
