@@ -26,7 +26,8 @@
 //!   timestamp per post call and one per signaled completion.
 
 use verbs::{
-    Access, ArenaBuf, Error, ErrorKind, Local, MemoryRegion, SendOp, SendRequest, WcStatus,
+    Access, ArenaBuf, Error, ErrorKind, Local, MemoryRegion, Prepared, SendOp, SendRequest,
+    WcStatus,
 };
 
 use super::clock::ticks;
@@ -277,7 +278,8 @@ fn reap(
 /// posted, until `iters` were posted.
 #[inline(always)]
 pub(crate) fn repost(lane: &mut Lane, p: &Params) -> Result<(), Error> {
-    while lane.recv_posted < p.iters && lane.recv_posted - lane.received < lane.recv_window {
+    let until = p.iters.min(lane.received + lane.recv_window);
+    while lane.recv_posted < until {
         let h = *lane.recvs.get(lane.recv_next).ok_or_else(no_buffer)?;
         lane.recv_next += 1;
         if lane.recv_next == lane.recvs.len() {
@@ -354,29 +356,42 @@ fn ping_pong(side: &mut Side, p: &Params) -> Result<(), Error> {
     } = side;
     let lane = &mut lanes[0];
     let ping = lane.ping.ok_or_else(no_buffer)?;
-    let (mut sent, mut seen) = (0u64, 0u64);
-    while sent < p.iters || seen < p.iters {
-        if seen < p.iters && !(sent == 0 && p.initiator) {
-            seen += 1;
-            match p.test {
-                // The counter wraps at 256 like a C char: the byte only
-                // ever steps to the next value, so the wait is exact.
-                Test::WriteLat => wait_byte(inbox, p.size - 1, seen as u8, p)?,
-                _ => wait_received(lane, seen, p)?,
-            }
+    // Message k answers message k; the initiator sends one ahead.
+    let lead = u64::from(p.initiator);
+    if p.initiator {
+        send(lane, &mut stamps.posted, ping, 1, p)?;
+    }
+    for k in 1..=p.iters {
+        if p.test == Test::WriteLat {
+            // The counter wraps at 256 like a C char: the byte only ever
+            // steps to the next value, so the wait is exact.
+            wait_byte(inbox, p.size - 1, k as u8, p)?;
+        } else {
+            wait_received(lane, k, p)?;
         }
-        if sent < p.iters {
-            stamps.posted[sent as usize] = ticks();
-            sent += 1;
-            if p.test == Test::WriteLat {
-                // The last byte, which the peer spins on.
-                lane.qp.write_prepared(ping, p.size - 1, &[sent as u8])?;
-            }
-            lane.qp.post_prepared(ping)?;
-            wait_sent(lane, sent, p)?;
+        if k + lead <= p.iters {
+            send(lane, &mut stamps.posted, ping, k + lead, p)?;
         }
     }
     Ok(())
+}
+
+/// Sends message `k` of a ping-pong and waits for its completion.
+#[inline(always)]
+fn send(
+    lane: &mut Lane,
+    posted: &mut [u64],
+    ping: Prepared,
+    k: u64,
+    p: &Params,
+) -> Result<(), Error> {
+    posted[k as usize - 1] = ticks();
+    if p.test == Test::WriteLat {
+        // The last byte, which the peer spins on.
+        lane.qp.write_prepared(ping, p.size - 1, &[k as u8])?;
+    }
+    lane.qp.post_prepared(ping)?;
+    wait_sent(lane, k, p)
 }
 
 /// `read_lat` and `atomic_lat` (see the module docs).
