@@ -392,7 +392,8 @@ impl<B: LocalBuf> QueuePair<B> {
     /// a post of the request is in flight. Cheaper than
     /// [`QueuePair::prepared_buf`], which makes the next post rebuild the
     /// request's scatter/gather entries.
-    #[inline]
+    // Always: a short copy of a known length folds to a few stores.
+    #[inline(always)]
     pub fn write_prepared(&mut self, p: Prepared, offset: usize, src: &[u8]) -> Result<(), Error> {
         let at = self.prepared_range(p, offset, src.len(), "write_prepared")?;
         // SAFETY: `prepared_range` checked that no post is in flight and
