@@ -358,7 +358,7 @@ fn ping_pong(side: &mut Side, p: &Params) -> Result<(), Error> {
     let ping = lane.ping.ok_or_else(no_buffer)?;
     // Message k answers message k; the initiator sends one ahead.
     let lead = u64::from(p.initiator);
-    if p.initiator {
+    if p.initiator && p.iters > 0 {
         send(lane, &mut stamps.posted, ping, 1, p)?;
     }
     for k in 1..=p.iters {

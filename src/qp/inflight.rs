@@ -60,7 +60,7 @@ impl<B> Slot<B> {
     #[inline(always)]
     pub(crate) fn take_first(&mut self) -> Option<B> {
         if self.nbufs == 0 {
-            return None; // a prepared post: its buffers stay in its entry
+            return None; // a prepared or inline post: no buffers here
         }
         let [b0, b1, b2, b3] = &mut self.bufs;
         b0.take()
@@ -73,7 +73,7 @@ impl<B> Slot<B> {
     #[inline(always)]
     pub(crate) fn drop_leftover(&mut self) {
         if core::mem::take(&mut self.nbufs) == 0 {
-            return; // a prepared post: its buffers stay in its entry
+            return; // a prepared or inline post: no buffers here
         }
         let [b0, b1, b2, b3] = &self.bufs;
         // `|`, not `||`: one branch for the usual answer (all taken).
