@@ -189,6 +189,42 @@ fn prepared_requests_refuse_misuse() {
 }
 
 #[test]
+fn a_prepared_request_stays_busy_until_its_last_post_completes() {
+    let Some((pd, mut a, _b)) =
+        setup("a_prepared_request_stays_busy_until_its_last_post_completes")
+    else {
+        return;
+    };
+    let (_target, dst) = remote_target(&pd, 4096, 64);
+    let local = Local::range(MemoryRegion::new(&pd, 64).unwrap(), 0, 64).unwrap();
+    let w = a
+        .prepare_send(SendRequest::new(SendOp::Write(dst), local))
+        .map_err(|e| e.error)
+        .unwrap();
+    a.post_prepared(w).unwrap();
+    a.post_prepared(w).unwrap();
+    // `wait_one` takes one completion entry at a time: the first post's.
+    let first = a.wait_one(support::deadline()).unwrap();
+    assert_eq!(
+        (first.prepared(), first.status),
+        (Some(w), WcStatus::SUCCESS)
+    );
+    let err = a
+        .prepared_buf(w)
+        .expect_err("the second post still owns the buffer");
+    assert_eq!(err.kind(), ErrorKind::BadState);
+    assert!(a.release_prepared(w).is_err(), "no release while in flight");
+    let second = a.wait_one(support::deadline()).unwrap();
+    assert_eq!(
+        (second.prepared(), second.status),
+        (Some(w), WcStatus::SUCCESS)
+    );
+    a.prepared_buf(w)
+        .expect("free once the last post completed");
+    assert_eq!(a.release_prepared(w).unwrap().count(), 1);
+}
+
+#[test]
 fn poll_ref_hands_back_unsignaled_requests_with_their_buffers() {
     let Some((pd, mut a, _b)) = setup("poll_ref_hands_back_unsignaled_requests_with_their_buffers")
     else {
