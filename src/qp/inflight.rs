@@ -62,11 +62,7 @@ impl<B> Slot<B> {
         if self.nbufs == 0 {
             return None; // a prepared or inline post: no buffers here
         }
-        let [b0, b1, b2, b3] = &mut self.bufs;
-        b0.take()
-            .or_else(|| b1.take())
-            .or_else(|| b2.take())
-            .or_else(|| b3.take())
+        take_first_of(&mut self.bufs)
     }
 
     /// Drops the buffers nobody took, leaving the slot free.
@@ -75,9 +71,7 @@ impl<B> Slot<B> {
         if core::mem::take(&mut self.nbufs) == 0 {
             return; // a prepared or inline post: no buffers here
         }
-        let [b0, b1, b2, b3] = &self.bufs;
-        // `|`, not `||`: one branch for the usual answer (all taken).
-        if b0.is_some() | b1.is_some() | b2.is_some() | b3.is_some() {
+        if any_held(&self.bufs) {
             drop_cold(core::mem::take(&mut self.bufs));
         }
     }
@@ -166,7 +160,7 @@ impl<B> InFlight<B> {
         seq
     }
 
-    /// Records a posted request that holds no buffers (inline data).
+    /// Records a posted request that holds no buffers (inline data, a bind).
     /// The caller checked `!is_full()`.
     #[inline(always)]
     pub(crate) fn push_bufless(&mut self, tag: u64, opcode: WcOpcode, signaled: bool) -> u64 {
@@ -208,7 +202,7 @@ impl<B> InFlight<B> {
     /// True when `seq` is in flight.
     #[inline(always)]
     pub(crate) fn contains(&self, seq: u64) -> bool {
-        seq >= self.head && seq < self.tail
+        self.through(seq) != 0
     }
 
     /// How many requests the completion of `seq` finishes: the oldest
@@ -301,12 +295,7 @@ impl<B> Completion<B> {
     /// Takes the first buffer back (most requests have exactly one).
     #[inline]
     pub fn take_buf(&mut self) -> Option<B> {
-        // Constant indices only, so that the completion can live in registers.
-        let [b0, b1, b2, b3] = &mut *self.bufs.0;
-        b0.take()
-            .or_else(|| b1.take())
-            .or_else(|| b2.take())
-            .or_else(|| b3.take())
+        take_first_of(&mut self.bufs.0)
     }
 
     /// All buffers back, in scatter/gather order.
@@ -355,8 +344,7 @@ impl<B> Bufs<B> {
 impl<B> Drop for Bufs<B> {
     #[inline(always)]
     fn drop(&mut self) {
-        let [b0, b1, b2, b3] = &*self.0;
-        if b0.is_some() || b1.is_some() || b2.is_some() || b3.is_some() {
+        if any_held(&self.0) {
             drop_cold(core::mem::take(&mut *self.0));
         }
     }
@@ -366,6 +354,25 @@ impl<B: core::fmt::Debug> core::fmt::Debug for Bufs<B> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         self.0.fmt(f)
     }
+}
+
+/// Takes the first buffer held. Constant indices only, so that a slot's or
+/// a completion's buffers can live in registers.
+#[inline(always)]
+fn take_first_of<B>(bufs: &mut [Option<B>; MAX_SGE]) -> Option<B> {
+    let [b0, b1, b2, b3] = bufs;
+    b0.take()
+        .or_else(|| b1.take())
+        .or_else(|| b2.take())
+        .or_else(|| b3.take())
+}
+
+/// True if any buffer is held; `|`, not `||`: one branch for the usual
+/// answer (all taken).
+#[inline(always)]
+fn any_held<B>(bufs: &[Option<B>; MAX_SGE]) -> bool {
+    let [b0, b1, b2, b3] = bufs;
+    b0.is_some() | b1.is_some() | b2.is_some() | b3.is_some()
 }
 
 /// Drops out of line, for buffers the data path only drops by exception.

@@ -489,8 +489,7 @@ impl<B: LocalBuf> QueuePair<B> {
         // window is deallocated.
         let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), wr, &mut bad) };
         crate::ret::check_rc("ibv_post_send(BIND_MW)", rc).map_err(post_hint)?;
-        self.send
-            .push(tag, WcOpcode::BIND_MW, true, &mut [None, None, None, None]);
+        self.send.push_bufless(tag, WcOpcode::BIND_MW, true);
         Ok(())
     }
 
