@@ -181,7 +181,7 @@ impl<B: LocalBuf> QueuePair<B> {
             e.with_hint("GID index (sgid_index must be a populated entry), is_global for the link layer, the peer's \
                  QPN and GID, path MTU")
         })?;
-        self.state = QpState::RTR;
+        self.set_state(QpState::RTR);
 
         let mut attr = sys::ibv_qp_attr::zeroed();
         attr.qp_state = QpState::RTS;
@@ -193,7 +193,7 @@ impl<B: LocalBuf> QueuePair<B> {
         let mask =
             M::STATE | M::TIMEOUT | M::RETRY_CNT | M::RNR_RETRY | M::SQ_PSN | M::MAX_QP_RD_ATOMIC;
         self.modify("ibv_modify_qp(RTR->RTS)", &mut attr, mask)?;
-        self.state = QpState::RTS;
+        self.set_state(QpState::RTS);
         Ok(path)
     }
 
@@ -213,7 +213,7 @@ impl<B: LocalBuf> QueuePair<B> {
         let mut attr = sys::ibv_qp_attr::zeroed();
         attr.qp_state = QpState::ERR;
         self.modify("ibv_modify_qp(->ERR)", &mut attr, M::STATE)?;
-        self.state = QpState::ERR;
+        self.set_state(QpState::ERR);
         while self.in_flight() != (0, 0) {
             if deadline.passed() {
                 return Err(Error::new(
@@ -226,7 +226,7 @@ impl<B: LocalBuf> QueuePair<B> {
         let mut attr = sys::ibv_qp_attr::zeroed();
         attr.qp_state = QpState::RESET;
         self.modify("ibv_modify_qp(->RESET)", &mut attr, M::STATE)?;
-        self.state = QpState::RESET;
+        self.set_state(QpState::RESET);
         self.psn = crate::time::random_u32() & crate::endpoint::MAX_PSN;
         self.unsignaled_run = 0;
         self.enter_init(config)

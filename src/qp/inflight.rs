@@ -68,9 +68,10 @@ impl<B> Slot<B> {
     /// Drops the buffers nobody took, leaving the slot free.
     #[inline(always)]
     pub(crate) fn drop_leftover(&mut self) {
-        if core::mem::take(&mut self.nbufs) == 0 {
-            return; // a prepared or inline post: no buffers here
+        if self.nbufs == 0 {
+            return; // a prepared or inline post: no buffers here (no store either)
         }
+        self.nbufs = 0;
         if any_held(&self.bufs) {
             drop_cold(core::mem::take(&mut self.bufs));
         }

@@ -104,6 +104,11 @@ pub struct QueuePair<B: LocalBuf> {
     recv: InFlight<B>,
     unsignaled_run: u64,
     has_srq: bool,
+    /// What the current state lets the data path have in flight: the
+    /// queue's capacity, or 0 where the state (or a shared receive queue)
+    /// refuses posts. One comparison per post checks state and room.
+    send_room: u64,
+    recv_room: u64,
     /// Requests kept for posting again (`prepared`), with their buffers.
     prepared: prepared::PreparedTable<B>,
 }
@@ -210,6 +215,8 @@ impl<B: LocalBuf> QueuePair<B> {
             recv: InFlight::new(caps.max_recv_wr),
             unsignaled_run: 0,
             has_srq: srq.is_some(),
+            send_room: 0,
+            recv_room: 0,
             prepared: prepared::PreparedTable::new(qp_num),
         };
         Ok(this)
@@ -227,14 +234,21 @@ impl<B: LocalBuf> QueuePair<B> {
             &mut attr,
             M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
         )?;
-        self.state = QpState::INIT;
+        self.set_state(QpState::INIT);
         Ok(())
     }
 
-    /// Records a state change made by someone else (the connection manager).
-    #[cfg(feature = "rdmacm")]
+    /// Records the state the QP is now in (moved by this handle, or by the
+    /// connection manager), and what that state lets the data path post.
     pub(crate) fn set_state(&mut self, state: QpState) {
         self.state = state;
+        self.send_room = if state == QpState::RTS {
+            self.send.capacity()
+        } else {
+            0
+        };
+        let receives = state != QpState::RESET && state != QpState::ERR && !self.has_srq;
+        self.recv_room = if receives { self.recv.capacity() } else { 0 };
     }
 
     pub(crate) fn modify(

@@ -164,7 +164,7 @@ fn fill_op(wr: &mut sys::ibv_send_wr, op: &SendOp, local_len: u64) -> Result<(),
 impl<B: LocalBuf> QueuePair<B> {
     #[inline]
     pub(super) fn check_can_send(&self, call: &'static str, extra: u64) -> Result<(), Error> {
-        if self.state != QpState::RTS || self.send.len() + extra > self.send.capacity() {
+        if self.send.len() + extra > self.send_room {
             return Err(self.cannot_send(call));
         }
         Ok(())
@@ -452,11 +452,7 @@ impl<B: LocalBuf> QueuePair<B> {
     /// not in ERR, no shared receive queue, room in the receive queue.
     #[inline(always)]
     pub(super) fn check_can_recv(&self) -> Result<(), Error> {
-        if self.state == QpState::RESET
-            || self.state == QpState::ERR
-            || self.has_srq
-            || self.recv.is_full()
-        {
+        if self.recv.len() >= self.recv_room {
             return Err(self.cannot_recv());
         }
         Ok(())
@@ -642,7 +638,7 @@ impl<B: LocalBuf> QueuePair<B> {
     ) -> usize {
         let id = wc.wr_id();
         if wc.status() != WcStatus::SUCCESS {
-            self.state = QpState::ERR; // every later request will flush
+            self.set_state(QpState::ERR); // every later request will flush
         }
         let is_recv = id & RECV_BIT != 0;
         let queue = if is_recv {

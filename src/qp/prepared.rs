@@ -30,12 +30,24 @@ use super::QueuePair;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Prepared {
     index: u32,
-    /// Of the entry when prepared: a handle kept past its release does not
-    /// reach the request prepared next in the same entry.
-    generation: u32,
-    qp_num: u32,
     recv: bool,
+    /// `key(qp_num, generation)`, the generation of the entry when
+    /// prepared: a handle kept past its release does not reach the request
+    /// prepared next in the same entry, nor one of another queue pair.
+    key: u64,
 }
+
+/// An entry's key: the QP number (24 bits) and the entry's generation.
+#[inline(always)]
+fn key(qp_num: u32, generation: u32) -> u64 {
+    u64::from(qp_num) << 32 | u64::from(generation)
+}
+
+/// Set in the key of a released entry: no handle's key has it.
+const RELEASED: u64 = 1 << 63;
+
+/// The generation's bits of a key.
+const GENERATION: u64 = u32::MAX as u64;
 
 /// `Entry::last_post` of a request never posted: no queue reaches it.
 const NEVER: u64 = u64::MAX;
@@ -46,10 +58,15 @@ impl Prepared {
     pub(crate) fn of_post(index: u32, generation: u32, qp_num: u32, recv: bool) -> Prepared {
         Prepared {
             index,
-            generation,
-            qp_num,
             recv,
+            key: key(qp_num, generation),
         }
+    }
+
+    /// The generation of the entry this handle names.
+    #[inline(always)]
+    pub(crate) fn generation(&self) -> u32 {
+        self.key as u32
     }
 
     /// True for a receive.
@@ -60,8 +77,13 @@ impl Prepared {
 
 /// One kept request.
 pub(crate) struct Entry<B> {
-    /// The send work request, filled once (unused for receives).
+    /// The send work request, filled once (unused for receives); a post
+    /// sets its id, flags and `sg_list` (the entry moves when the table
+    /// grows, so the pointer is taken at each post).
     wr: sys::ibv_send_wr,
+    /// The receive work request (unused for sends); a post sets its id and
+    /// `sg_list`.
+    recv_wr: sys::ibv_recv_wr,
     /// Built from `bufs` and `spans`; rebuilt at the next post after
     /// `prepared_buf` lent a buffer out (`stale`), which could swap it.
     sges: [sys::ibv_sge; MAX_SGE],
@@ -80,10 +102,9 @@ pub(crate) struct Entry<B> {
     /// exactly while that post is in flight; its completion needs no visit
     /// here.
     last_post: u64,
-    /// False once released: free for the next prepare.
-    live: bool,
-    /// Bumped at every release.
-    generation: u32,
+    /// `key(qp_num, generation)`, the generation bumped at every release;
+    /// with `RELEASED` set while the entry is free for the next prepare.
+    key: u64,
 }
 
 impl<B: LocalBuf> Entry<B> {
@@ -95,6 +116,12 @@ impl<B: LocalBuf> Entry<B> {
     ) -> Entry<B> {
         let mut entry = Entry {
             wr,
+            recv_wr: sys::ibv_recv_wr {
+                wr_id: 0,
+                next: core::ptr::null_mut(),
+                sg_list: core::ptr::null_mut(),
+                num_sge: 0,
+            },
             sges,
             stale: false,
             spans: [(0, 0); MAX_SGE],
@@ -105,8 +132,7 @@ impl<B: LocalBuf> Entry<B> {
             signaled: true,
             flags: F::EMPTY,
             last_post: NEVER,
-            live: true,
-            generation: 0,
+            key: 0, // set by `PreparedTable::insert`
         };
         for (i, l) in locals.iter_mut().enumerate() {
             let Some(l) = l.take() else { break };
@@ -115,17 +141,19 @@ impl<B: LocalBuf> Entry<B> {
             entry.bufs[i] = Some(l.buf);
             entry.nbufs = i + 1;
         }
+        entry.wr.num_sge = entry.nbufs as i32;
+        entry.recv_wr.num_sge = entry.nbufs as i32;
         entry
     }
 
     /// Rebuilds the scatter/gather entries from the buffers held now if a
-    /// buffer was lent out since, and returns how many there are.
+    /// buffer was lent out since; returns where they are.
     #[inline(always)]
-    fn refresh_sges(&mut self) -> Result<i32, Error> {
+    fn ready(&mut self) -> Result<*mut sys::ibv_sge, Error> {
         if self.stale {
             self.rebuild_sges()?;
         }
-        Ok(self.nbufs as i32)
+        Ok(self.sges.as_mut_ptr())
     }
 
     fn rebuild_sges(&mut self) -> Result<(), Error> {
@@ -152,8 +180,9 @@ impl<B: LocalBuf> Entry<B> {
     }
 
     fn take_bufs(&mut self) -> impl Iterator<Item = B> {
-        self.live = false;
-        self.generation = self.generation.wrapping_add(1);
+        // Only a live entry (no `RELEASED`) is released.
+        let generation = (self.key as u32).wrapping_add(1);
+        self.key = RELEASED | (self.key & !GENERATION) | u64::from(generation);
         self.nbufs = 0;
         core::mem::take(&mut self.bufs).into_iter().flatten()
     }
@@ -192,37 +221,31 @@ impl<B: LocalBuf> PreparedTable<B> {
     fn insert(&mut self, recv: bool, mut entry: Entry<B>) -> Prepared {
         let qp_num = self.qp_num;
         let table = self.queue(recv);
-        let index = match table.iter().position(|e| !e.live) {
+        let index = match table.iter().position(|e| e.key & RELEASED != 0) {
             Some(i) => {
-                entry.generation = table[i].generation;
+                entry.key = key(qp_num, table[i].key as u32);
                 table[i] = entry;
                 i
             }
             None => {
+                entry.key = key(qp_num, 0);
                 table.push(entry);
                 table.len() - 1
             }
         };
         Prepared {
             index: index as u32,
-            generation: table[index].generation,
-            qp_num,
             recv,
+            key: table[index].key,
         }
     }
 
     /// The live entry `p` names on this queue pair.
     #[inline(always)]
     fn entry(&mut self, p: Prepared) -> Result<&mut Entry<B>, Error> {
-        let qp_num = self.qp_num;
         match self.queue(p.recv).get_mut(p.index as usize) {
-            // One test for all three (a branch each costs on the data path).
-            Some(e)
-                if (p.qp_num ^ qp_num) | (p.generation ^ e.generation) | u32::from(!e.live)
-                    == 0 =>
-            {
-                Ok(e)
-            }
+            // One test for queue pair, generation and liveness.
+            Some(e) if e.key == p.key => Ok(e),
             _ => Err(gone()),
         }
     }
@@ -324,21 +347,18 @@ impl<B: LocalBuf> QueuePair<B> {
         let capacity = self.send.capacity();
         let mut run = self.unsignaled_run;
         let entry = self.prepared.entry(p)?;
-        let num_sge = entry.refresh_sges()?;
+        entry.wr.sg_list = entry.ready()?;
         let asked = as_prepared && entry.signaled;
         let signaled = signal_decision(&mut run, capacity, asked, 0);
         entry.wr.wr_id = seq;
-        entry.wr.sg_list = entry.sges.as_mut_ptr();
-        entry.wr.num_sge = num_sge;
-        entry.wr.next = core::ptr::null_mut();
         entry.wr.send_flags = if signaled {
             entry.flags | F::SIGNALED
         } else {
             entry.flags
         };
         let mut bad = core::ptr::null_mut();
-        // SAFETY: live QP; `wr` and `sges` are valid for the call and name
-        // buffers the entry owns, which stay in the table, out of reach
+        // SAFETY: live QP; `wr` and the `sges` it points at (just set) are
+        // valid for the call and name buffers the entry owns, which stay in the table, out of reach
         // (`idle_entry` refuses `prepared_buf` and release while this post,
         // recorded as `last_post`, is in flight), until the completion is polled.
         let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), &mut entry.wr, &mut bad) };
@@ -346,7 +366,7 @@ impl<B: LocalBuf> QueuePair<B> {
         entry.last_post = seq;
         self.unsignaled_run = run;
         self.send
-            .push_prepared(entry.tag, entry.opcode, signaled, p.index, p.generation);
+            .push_prepared(entry.tag, entry.opcode, signaled, p.index, p.generation());
         Ok(())
     }
 
@@ -355,23 +375,19 @@ impl<B: LocalBuf> QueuePair<B> {
         self.check_can_recv()?;
         let seq = self.recv.next_seq();
         let entry = self.prepared.entry(p)?;
-        let num_sge = entry.refresh_sges()?;
-        let mut wr = sys::ibv_recv_wr {
-            wr_id: RECV_BIT | seq,
-            next: core::ptr::null_mut(),
-            sg_list: entry.sges.as_mut_ptr(),
-            num_sge,
-        };
+        entry.recv_wr.sg_list = entry.ready()?;
+        entry.recv_wr.wr_id = RECV_BIT | seq;
         let mut bad = core::ptr::null_mut();
-        // SAFETY: live QP; `wr` and the entry's `sges` are valid for the
-        // call and name buffers the entry keeps out of reach until the
-        // receive completes (as in `post_prepared`).
-        let rc = unsafe { sys::verbs_shim_post_recv(self.qp.as_ptr(), &mut wr, &mut bad) };
+        // SAFETY: live QP; the entry's `recv_wr` and the `sges` it points
+        // at (just set) are valid for the call and name buffers the entry
+        // keeps out of reach until the receive completes (as in `post_prepared`).
+        let rc =
+            unsafe { sys::verbs_shim_post_recv(self.qp.as_ptr(), &mut entry.recv_wr, &mut bad) };
         crate::ret::check_rc("ibv_post_recv", rc)?;
         entry.last_post = seq;
         let tag = entry.tag;
         self.recv
-            .push_prepared(tag, WcOpcode::RECV, true, p.index, p.generation);
+            .push_prepared(tag, WcOpcode::RECV, true, p.index, p.generation());
         Ok(())
     }
 
