@@ -358,9 +358,10 @@ impl<B: LocalBuf> QueuePair<B> {
         };
         let mut bad = core::ptr::null_mut();
         // SAFETY: live QP; `wr` and the `sges` it points at (just set) are
-        // valid for the call and name buffers the entry owns, which stay in the table, out of reach
-        // (`idle_entry` refuses `prepared_buf` and release while this post,
-        // recorded as `last_post`, is in flight), until the completion is polled.
+        // valid for the call and name buffers the entry owns, which stay in
+        // the table, out of reach (`idle_entry` refuses `prepared_buf` and
+        // release while this post, recorded as `last_post`, is in flight),
+        // until the completion is polled.
         let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), &mut entry.wr, &mut bad) };
         crate::ret::check_rc("ibv_post_send", rc).map_err(post_hint)?;
         entry.last_post = seq;
