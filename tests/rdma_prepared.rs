@@ -1,13 +1,13 @@
 //! Prepared requests (built once, posted again and again) and the lending
-//! poll (`poll_ref`), on a real device: data lands byte-exact on every
-//! post, buffers stay out of reach while a post is in flight, and misuse
-//! is refused.
+//! poll (`poll_ref`, and per queue with a separate receive CQ), on a real
+//! device: data lands byte-exact on every post, buffers stay out of reach
+//! while a post is in flight, and misuse is refused.
 
 mod support;
 
 use verbs::{
-    ErrorKind, Local, MemoryRegion, ProtectionDomain, QueuePair, RecvRequest, RemoteSlice, SendOp,
-    SendRequest, WcOpcode, WcStatus,
+    ErrorKind, Local, MemoryRegion, ProtectionDomain, QpConfig, QueuePair, RecvRequest,
+    RemoteSlice, SendOp, SendRequest, WcOpcode, WcStatus,
 };
 
 type Qp = QueuePair<MemoryRegion>;
@@ -342,4 +342,73 @@ fn inline_requests_land_without_the_nic_reading_their_buffer() {
     let e = a.prepare_send(read).unwrap_err();
     assert!(e.error.to_string().contains("inline"), "{}", e.error);
     assert_eq!(a.in_flight(), (0, 0));
+}
+
+#[test]
+fn with_a_separate_receive_cq_each_poll_takes_only_its_queue() {
+    let name = "with_a_separate_receive_cq_each_poll_takes_only_its_queue";
+    let Some(ctx) = support::test_context(name) else {
+        return;
+    };
+    let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
+    let config = QpConfig {
+        separate_recv_cq: true,
+        ..support::config()
+    };
+    let refused = QueuePair::<MemoryRegion>::new(
+        &pd,
+        &QpConfig {
+            events: true,
+            ..config
+        },
+    )
+    .expect_err("events sleep on one CQ");
+    assert_eq!(refused.kind(), ErrorKind::InvalidArgument);
+    let (mut a, mut b): (Qp, Qp) =
+        support::connected_pair_with(&pd, &config, &verbs::ConnectOptions::default());
+    let buf = |len| Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, len).unwrap();
+    a.post_recv(RecvRequest::new(buf(64)).tag(1))
+        .map_err(|e| e.error)
+        .unwrap();
+    b.post_recv(RecvRequest::new(buf(64)).tag(2))
+        .map_err(|e| e.error)
+        .unwrap();
+    // b's send completes once a acknowledged it, after a's receive completed
+    // (rxe completes a receive before it acknowledges).
+    b.post_send(SendRequest::new(SendOp::Send, buf(8)).tag(20))
+        .map_err(|e| e.error)
+        .unwrap();
+    let mut b_sent = 0;
+    let deadline = support::deadline();
+    while b_sent == 0 {
+        b_sent += b
+            .poll_send_ref(|c| assert!(!c.is_recv(), "a receive on b's send CQ"))
+            .unwrap();
+        assert!(!deadline.passed(), "b's send did not complete");
+    }
+    // a's receive is queued; polling a's send CQ must leave it there.
+    a.post_send(SendRequest::new(SendOp::Send, buf(8)).tag(10))
+        .map_err(|e| e.error)
+        .unwrap();
+    let mut seen = Vec::new();
+    while seen.is_empty() {
+        a.poll_send_ref(|c| seen.push((c.tag(), c.is_recv())))
+            .unwrap();
+        assert!(!deadline.passed(), "a's send did not complete");
+    }
+    assert_eq!(seen, [(10, false)], "the send CQ holds the send only");
+    seen.clear();
+    while seen.is_empty() {
+        a.poll_recv_ref(|c| seen.push((c.tag(), c.is_recv())))
+            .unwrap();
+        assert!(!deadline.passed(), "a's receive was lost");
+    }
+    assert_eq!(seen, [(1, true)], "the receive CQ holds the receive");
+    // poll_ref takes both queues' completions.
+    seen.clear();
+    while seen.is_empty() {
+        b.poll_ref(|c| seen.push((c.tag(), c.is_recv()))).unwrap();
+        assert!(!deadline.passed(), "b's receive was lost");
+    }
+    assert_eq!(seen, [(2, true)]);
 }

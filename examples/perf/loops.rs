@@ -6,7 +6,9 @@
 //! in `Side::prepare` and posted again, as perftest posts its prebuilt
 //! requests; a latency test's one receive is posted `rx_depth` times),
 //! `post_send_chain` (`post_send` for a single request) for chains, whose
-//! requests own their buffers, and `poll_ref`. `tests/rdma_zero_alloc.rs`
+//! requests own their buffers, and `poll_send_ref` / `poll_recv_ref`
+//! (the send tests give receives a CQ of their own, as perftest's do).
+//! `tests/rdma_zero_alloc.rs`
 //! includes this very file and runs these functions under a counting
 //! allocator, so the rule is: nothing in [`run`] allocates. Every buffer,
 //! pool and timestamp table is sized in [`Side::prepare`] (module `side`);
@@ -26,8 +28,8 @@
 //!   timestamp per post call and one per signaled completion.
 
 use verbs::{
-    Access, ArenaBuf, Error, ErrorKind, Local, MemoryRegion, Prepared, SendOp, SendRequest,
-    WcStatus,
+    Access, ArenaBuf, CompletionRef, Error, ErrorKind, Local, MemoryRegion, Prepared, QueuePair,
+    SendOp, SendRequest, WcStatus,
 };
 
 use super::clock::ticks;
@@ -224,14 +226,17 @@ impl Spin {
     }
 }
 
-/// Polls `lane`'s completion queue once. Buffers go back to their pools,
-/// finished requests are counted (`total` counts send-queue requests of
-/// every lane), and each signaled send completion is timestamped into
-/// `record`. Returns the number of requests handed back. Inlined into
-/// each wait loop, which then keeps its state in registers across polls.
+/// Polls the completion queue of `lane`'s receive queue if `recv`, else
+/// of its send queue, once (the send tests have one for each, as
+/// perftest's do). Buffers go back to their pools, finished requests are
+/// counted (`total` counts send-queue requests of every lane), and each
+/// signaled send completion is timestamped into `record`. Returns the
+/// number of requests handed back. Inlined into each wait loop, which then
+/// keeps its state in registers across polls.
 #[inline(always)]
 fn reap(
     lane: &mut Lane,
+    recv: bool,
     total: &mut u64,
     mut record: Option<&mut Vec<(u64, u64)>>,
 ) -> Result<usize, Error> {
@@ -245,7 +250,9 @@ fn reap(
     let mut failed = None;
     // Inlined too: `reap` has several call sites, so the closure would
     // otherwise be a call per completion.
-    let n = qp.poll_ref(
+    let n = poll_queue(
+        qp,
+        recv,
         #[inline(always)]
         |mut c| {
             if c.status() != WcStatus::SUCCESS && failed.is_none() {
@@ -271,6 +278,20 @@ fn reap(
     match failed {
         Some(e) => Err(e),
         None => Ok(n),
+    }
+}
+
+/// Polls the receive queue's CQ if `recv`, else the send queue's.
+#[inline(always)]
+fn poll_queue(
+    qp: &mut QueuePair<ArenaBuf>,
+    recv: bool,
+    on_done: impl FnMut(CompletionRef<'_, ArenaBuf>),
+) -> Result<usize, Error> {
+    if recv {
+        qp.poll_recv_ref(on_done)
+    } else {
+        qp.poll_send_ref(on_done)
     }
 }
 
@@ -310,7 +331,7 @@ fn wait_sent(lane: &mut Lane, n: u64, p: &Params) -> Result<(), Error> {
     let mut spin = Spin::new();
     let mut total = 0;
     while lane.done < n {
-        if reap(lane, &mut total, None)? == 0 {
+        if reap(lane, false, &mut total, None)? == 0 {
             spin.idle(p, "wait for a send completion")?;
         }
     }
@@ -323,7 +344,7 @@ fn wait_received(lane: &mut Lane, n: u64, p: &Params) -> Result<(), Error> {
     let mut spin = Spin::new();
     let mut total = 0;
     while lane.received < n {
-        if reap(lane, &mut total, None)? == 0 {
+        if reap(lane, true, &mut total, None)? == 0 {
             spin.idle(p, "wait for the peer's send")?;
         }
     }
@@ -466,7 +487,7 @@ fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
         }
         let mut got = 0;
         for lane in lanes.iter_mut() {
-            got += reap(lane, &mut done, Some(&mut stamps.completed))?;
+            got += reap(lane, false, &mut done, Some(&mut stamps.completed))?;
         }
         if got == 0 {
             spin.idle(p, "wait for send completions")?;
@@ -485,7 +506,7 @@ fn drain_receives(side: &mut Side, p: &Params) -> Result<(), Error> {
         let mut got = 0;
         let mut pending = false;
         for lane in side.lanes.iter_mut() {
-            got += reap(lane, &mut unused, None)?;
+            got += reap(lane, true, &mut unused, None)?;
             repost(lane, p)?;
             pending |= lane.received < p.iters;
         }

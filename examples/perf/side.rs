@@ -356,6 +356,8 @@ pub fn qp_config(pd: &ProtectionDomain, s: &Setup) -> Result<QpConfig, Error> {
         remote_access: s.test.remote_access(),
         max_mtu: s.mtu,
         events: false,
+        // perftest's send tests give receives a CQ of their own.
+        separate_recv_cq: s.test.is_send(),
     };
     with_inline_the_device_takes(pd, config)
 }

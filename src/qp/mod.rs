@@ -63,6 +63,12 @@ pub struct QpConfig {
     /// Give the QP's completion queue an event channel, so a thread can
     /// sleep until a completion arrives ([`QueuePair::wait_event`]).
     pub events: bool,
+    /// Receive completions on a completion queue of their own, as
+    /// perftest's send tests set up: [`QueuePair::poll_send_ref`] and
+    /// [`QueuePair::poll_recv_ref`] then each poll one queue's completions,
+    /// and a wait for one kind never takes the other off its queue.
+    /// [`QueuePair::poll_ref`] polls both. Not with `events`.
+    pub separate_recv_cq: bool,
 }
 
 impl Default for QpConfig {
@@ -77,6 +83,7 @@ impl Default for QpConfig {
             remote_access: Access::EMPTY,
             max_mtu: Mtu::MTU_4096,
             events: false,
+            separate_recv_cq: false,
         }
     }
 }
@@ -89,6 +96,9 @@ impl Default for QpConfig {
 pub struct QueuePair<B: LocalBuf> {
     qp: NonNull<sys::ibv_qp>,
     cq: CompletionQueue,
+    /// The receive queue's own CQ (`QpConfig::separate_recv_cq`), else
+    /// `cq` takes both queues' completions.
+    recv_cq: Option<CompletionQueue>,
     pd: ProtectionDomain,
     port: PortAttr,
     port_num: u8,
@@ -173,15 +183,31 @@ impl<B: LocalBuf> QueuePair<B> {
             )
             .with_hint("`ibv_devinfo -v` shows max_qp_wr"));
         }
-        let depth = config.max_send_wr + config.max_recv_wr;
-        let cq = if config.events {
-            CompletionQueue::with_channel(ctx, depth, &crate::cq::CompletionChannel::new(ctx)?)?
+        let (cq, recv_cq) = if config.separate_recv_cq {
+            if config.events {
+                return Err(Error::invalid(
+                    "QpConfig",
+                    "events with a separate receive CQ (wait_event sleeps on one CQ)",
+                ));
+            }
+            let recv_cq = CompletionQueue::new(ctx, config.max_recv_wr.max(1))?;
+            (
+                CompletionQueue::new(ctx, config.max_send_wr.max(1))?,
+                Some(recv_cq),
+            )
         } else {
-            CompletionQueue::new(ctx, depth)?
+            let depth = config.max_send_wr + config.max_recv_wr;
+            let cq = if config.events {
+                let channel = crate::cq::CompletionChannel::new(ctx)?;
+                CompletionQueue::with_channel(ctx, depth, &channel)?
+            } else {
+                CompletionQueue::new(ctx, depth)?
+            };
+            (cq, None)
         };
         let mut init = sys::ibv_qp_init_attr::zeroed();
         init.send_cq = cq.as_raw();
-        init.recv_cq = cq.as_raw();
+        init.recv_cq = recv_cq.as_ref().unwrap_or(&cq).as_raw();
         init.srq = srq.unwrap_or(core::ptr::null_mut());
         init.qp_type = sys::ibv_qp_type::RC;
         init.cap = sys::ibv_qp_cap {
@@ -199,6 +225,7 @@ impl<B: LocalBuf> QueuePair<B> {
         let this = QueuePair {
             qp,
             cq,
+            recv_cq,
             pd: pd.clone(),
             port,
             port_num: config.port,
@@ -343,7 +370,8 @@ impl<B: LocalBuf> QueuePair<B> {
         &self.port
     }
 
-    /// The completion queue (shared only with this QP).
+    /// The completion queue (shared only with this QP): of both queues,
+    /// or of the send queue with `QpConfig::separate_recv_cq`.
     pub fn cq(&self) -> &CompletionQueue {
         &self.cq
     }
