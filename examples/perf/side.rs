@@ -342,10 +342,16 @@ pub fn qp_config(pd: &ProtectionDomain, s: &Setup) -> Result<QpConfig, Error> {
     let config = QpConfig {
         port: s.port,
         gid_index: s.gid_index,
-        // Twice the in-flight window: the crate signals a request by
+        // The latency tests have one signaled request in flight: a send
+        // queue of tx_depth (1), as perftest's. The bandwidth tests get
+        // twice the in-flight window: the crate signals a request by
         // itself once unsignaled ones fill half the send queue, which
         // must never pre-empt our own every-cq_mod-th signaling.
-        max_send_wr: 2 * (s.tx_depth.max(1) + list) + 2,
+        max_send_wr: if s.test.is_latency() {
+            s.tx_depth.max(1)
+        } else {
+            2 * (s.tx_depth.max(1) + list) + 2
+        },
         max_recv_wr: if s.test.is_send() {
             s.rx_depth.max(1)
         } else {
