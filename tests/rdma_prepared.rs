@@ -6,8 +6,8 @@
 mod support;
 
 use verbs::{
-    ErrorKind, Local, MemoryRegion, ProtectionDomain, QpConfig, QueuePair, RecvRequest,
-    RemoteSlice, SendOp, SendRequest, WcOpcode, WcStatus,
+    CompletionRef, ErrorKind, Local, MemoryRegion, ProtectionDomain, QpConfig, QueuePair,
+    RecvRequest, RemoteSlice, SendOp, SendRequest, WcOpcode, WcStatus,
 };
 
 type Qp = QueuePair<MemoryRegion>;
@@ -378,37 +378,32 @@ fn with_a_separate_receive_cq_each_poll_takes_only_its_queue() {
     b.post_send(SendRequest::new(SendOp::Send, buf(8)).tag(20))
         .map_err(|e| e.error)
         .unwrap();
-    let mut b_sent = 0;
-    let deadline = support::deadline();
-    while b_sent == 0 {
-        b_sent += b
-            .poll_send_ref(|c| assert!(!c.is_recv(), "a receive on b's send CQ"))
-            .unwrap();
-        assert!(!deadline.passed(), "b's send did not complete");
-    }
+    assert_eq!(polled(&mut b, "send"), [(20, false)]);
     // a's receive is queued; polling a's send CQ must leave it there.
     a.post_send(SendRequest::new(SendOp::Send, buf(8)).tag(10))
         .map_err(|e| e.error)
         .unwrap();
+    let sent = polled(&mut a, "send");
+    assert_eq!(sent, [(10, false)], "the send CQ holds the send only");
+    let received = polled(&mut a, "recv");
+    assert_eq!(received, [(1, true)], "the receive CQ holds the receive");
+    assert_eq!(polled(&mut b, "both"), [(2, true)], "poll_ref takes both");
+}
+
+/// Polls `qp`'s `cq` ("send", "recv", or both) until something comes back;
+/// the (tag, is_recv) of each request handed back.
+fn polled(qp: &mut Qp, cq: &str) -> Vec<(u64, bool)> {
+    let deadline = support::deadline();
     let mut seen = Vec::new();
     while seen.is_empty() {
-        a.poll_send_ref(|c| seen.push((c.tag(), c.is_recv())))
-            .unwrap();
-        assert!(!deadline.passed(), "a's send did not complete");
+        let mut note = |c: CompletionRef<'_, MemoryRegion>| seen.push((c.tag(), c.is_recv()));
+        match cq {
+            "send" => qp.poll_send_ref(&mut note),
+            "recv" => qp.poll_recv_ref(&mut note),
+            _ => qp.poll_ref(&mut note),
+        }
+        .unwrap();
+        assert!(!deadline.passed(), "nothing came back on the {cq} CQ");
     }
-    assert_eq!(seen, [(10, false)], "the send CQ holds the send only");
-    seen.clear();
-    while seen.is_empty() {
-        a.poll_recv_ref(|c| seen.push((c.tag(), c.is_recv())))
-            .unwrap();
-        assert!(!deadline.passed(), "a's receive was lost");
-    }
-    assert_eq!(seen, [(1, true)], "the receive CQ holds the receive");
-    // poll_ref takes both queues' completions.
-    seen.clear();
-    while seen.is_empty() {
-        b.poll_ref(|c| seen.push((c.tag(), c.is_recv()))).unwrap();
-        assert!(!deadline.passed(), "b's receive was lost");
-    }
-    assert_eq!(seen, [(2, true)]);
+    seen
 }
