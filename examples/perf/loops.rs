@@ -418,6 +418,7 @@ fn ping_pong_write(
 fn ping_pong_send(lane: &mut Lane, posted: &mut [u64], p: &Params) -> Result<(), Error> {
     let ping = lane.ping.ok_or_else(no_buffer)?;
     let recv = *lane.recvs.first().ok_or_else(no_buffer)?;
+    // As in `ping_pong_write`: the initiator sends one ahead.
     let lead = u64::from(p.initiator);
     if p.initiator && p.iters > 0 {
         send(lane, posted, ping, 1, p)?;
