@@ -587,6 +587,28 @@ impl<B: LocalBuf> QueuePair<B> {
         let wcs = &mut wcs[..max.clamp(1, 16)];
         // SAFETY: the QP holds its CQs (`self.cq`, `self.recv_cq`) alive.
         let polled = unsafe { crate::cq::poll_uninit_raw(cq, wcs)? };
+        // The common case apart: one successful completion of its queue's
+        // oldest request. Out of the loop it carries none of the loop's
+        // state (send_lat: 325 to 252 instructions per round trip).
+        if let [wc] = polled {
+            let is_recv = wc.wr_id() & RECV_BIT != 0;
+            let queue = if is_recv {
+                &mut self.recv
+            } else {
+                &mut self.send
+            };
+            // Raw and shared-receive-queue ids have bits set that no
+            // sequence number reaches: `through` is 0 for them.
+            if wc.status() == WcStatus::SUCCESS && queue.through(wc.wr_id() & !RECV_BIT) == 1 {
+                on_done(CompletionRef {
+                    wc,
+                    slot: Some(queue.pop_oldest()),
+                    own_entry: true,
+                    is_recv,
+                });
+                return Ok(1);
+            }
+        }
         let mut delivered = 0;
         for wc in polled {
             delivered += self.retire(wc, on_done);
