@@ -14,7 +14,7 @@ use crate::time::Deadline;
 use crate::wr::{Local, RecvRequest, SendOp, SendRequest, MAX_SGE};
 
 use super::completion_ref::CompletionRef;
-use super::inflight::Completion;
+use super::inflight::{Completion, InFlight};
 use super::{QpState, QueuePair};
 
 /// Most requests posted with one doorbell by [`QueuePair::post_send_chain`].
@@ -592,11 +592,7 @@ impl<B: LocalBuf> QueuePair<B> {
         // state (send_lat: 325 to 252 instructions per round trip).
         if let [wc] = polled {
             let is_recv = wc.wr_id() & RECV_BIT != 0;
-            let queue = if is_recv {
-                &mut self.recv
-            } else {
-                &mut self.send
-            };
+            let queue = self.in_flight_table(is_recv);
             // Raw and shared-receive-queue ids have bits set that no
             // sequence number reaches: `through` is 0 for them.
             if wc.status() == WcStatus::SUCCESS && queue.through(wc.wr_id() & !RECV_BIT) == 1 {
@@ -697,6 +693,17 @@ impl<B: LocalBuf> QueuePair<B> {
         }
     }
 
+    /// The in-flight table of the receive queue if `recv`, else of the send
+    /// queue.
+    #[inline(always)]
+    fn in_flight_table(&mut self, recv: bool) -> &mut InFlight<B> {
+        if recv {
+            &mut self.recv
+        } else {
+            &mut self.send
+        }
+    }
+
     /// Hands back the requests completion `wc` finishes: on its queue, every
     /// request up to the one it names (the earlier ones were unsignaled).
     #[inline(always)]
@@ -710,11 +717,7 @@ impl<B: LocalBuf> QueuePair<B> {
             self.set_state(QpState::ERR); // every later request will flush
         }
         let is_recv = id & RECV_BIT != 0;
-        let queue = if is_recv {
-            &mut self.recv
-        } else {
-            &mut self.send
-        };
+        let queue = self.in_flight_table(is_recv);
         // The ids of raw posts and of receives on a shared receive queue have
         // a bit set that no sequence number reaches: never in flight here.
         let mut count = queue.through(id & !RECV_BIT);
