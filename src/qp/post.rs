@@ -17,6 +17,9 @@ use super::completion_ref::CompletionRef;
 use super::inflight::{Completion, InFlight};
 use super::{QpState, QueuePair};
 
+/// Most completion entries one poll takes off a CQ.
+const POLL_BATCH: usize = 16;
+
 /// Most requests posted with one doorbell by [`QueuePair::post_send_chain`].
 pub const MAX_CHAIN: usize = 32;
 
@@ -514,14 +517,15 @@ impl<B: LocalBuf> QueuePair<B> {
         crate::ret::check_rc("ibv_post_send", rc).map_err(post_hint)
     }
 
-    /// Polls the completion queue once (up to 16 entries) and hands every
+    /// Polls the completion queue once (each of the two with
+    /// `QpConfig::separate_recv_cq`), up to 16 entries, and hands every
     /// finished request to `on_done` with its buffers, in completion order:
     /// an unsignaled request is handed back (as `SUCCESS`, `signaled:
     /// false`) when the next signaled request of its queue completes.
     /// Returns the number handed back. Never blocks, never allocates.
     #[inline(always)]
     pub fn poll(&mut self, mut on_done: impl FnMut(Completion<B>)) -> Result<usize, Error> {
-        self.poll_up_to(16, |c| on_done(c.into_owned()))
+        self.poll_both(|c| on_done(c.into_owned()))
     }
 
     /// [`QueuePair::poll`], lending each finished request instead of
@@ -530,7 +534,7 @@ impl<B: LocalBuf> QueuePair<B> {
     /// are dropped when it returns. The cheapest way to poll.
     #[inline(always)]
     pub fn poll_ref(&mut self, on_done: impl FnMut(CompletionRef<'_, B>)) -> Result<usize, Error> {
-        self.poll_up_to(16, on_done)
+        self.poll_both(on_done)
     }
 
     /// [`QueuePair::poll_ref`] on the send queue's CQ only: with
@@ -541,7 +545,7 @@ impl<B: LocalBuf> QueuePair<B> {
         &mut self,
         mut on_done: impl FnMut(CompletionRef<'_, B>),
     ) -> Result<usize, Error> {
-        self.poll_cq(false, 16, &mut on_done)
+        self.poll_cq(false, POLL_BATCH, &mut on_done)
     }
 
     /// [`QueuePair::poll_ref`] on the receive queue's CQ only (see
@@ -551,26 +555,22 @@ impl<B: LocalBuf> QueuePair<B> {
         &mut self,
         mut on_done: impl FnMut(CompletionRef<'_, B>),
     ) -> Result<usize, Error> {
-        self.poll_cq(true, 16, &mut on_done)
+        self.poll_cq(true, POLL_BATCH, &mut on_done)
     }
 
-    /// [`QueuePair::poll_ref`] taking at most `max` (≤ 16) entries off
-    /// each CQ.
+    /// Polls the send queue's CQ and, if separate, the receive queue's.
     #[inline(always)]
-    fn poll_up_to(
-        &mut self,
-        max: usize,
-        mut on_done: impl FnMut(CompletionRef<'_, B>),
-    ) -> Result<usize, Error> {
-        let mut delivered = self.poll_cq(false, max, &mut on_done)?;
+    fn poll_both(&mut self, mut on_done: impl FnMut(CompletionRef<'_, B>)) -> Result<usize, Error> {
+        let mut delivered = self.poll_cq(false, POLL_BATCH, &mut on_done)?;
         if self.recv_cq.is_some() {
-            delivered += self.poll_cq(true, max, &mut on_done)?;
+            delivered += self.poll_cq(true, POLL_BATCH, &mut on_done)?;
         }
         Ok(delivered)
     }
 
-    /// Takes at most `max` (≤ 16) entries off the receive queue's CQ if
-    /// `recv`, else off the send queue's (the same one unless separate).
+    /// Takes at most `max` (≤ `POLL_BATCH`) entries off the receive queue's
+    /// CQ if `recv`, else off the send queue's (the same one unless
+    /// separate).
     #[inline(always)]
     fn poll_cq(
         &mut self,
@@ -583,8 +583,8 @@ impl<B: LocalBuf> QueuePair<B> {
             _ => self.cq.as_raw(),
         };
         // Uninitialized: zeroing 768 bytes per poll showed up in profiles.
-        let mut wcs = [core::mem::MaybeUninit::<WorkCompletion>::uninit(); 16];
-        let wcs = &mut wcs[..max.clamp(1, 16)];
+        let mut wcs = [core::mem::MaybeUninit::<WorkCompletion>::uninit(); POLL_BATCH];
+        let wcs = &mut wcs[..max.clamp(1, POLL_BATCH)];
         // SAFETY: the QP holds its CQs (`self.cq`, `self.recv_cq`) alive.
         let polled = unsafe { crate::cq::poll_uninit_raw(cq, wcs)? };
         // The common case apart: one successful completion of its queue's
