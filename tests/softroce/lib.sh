@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared by setup, guest and pair: where things live and how one guest boots.
+# Shared by setup, guest, pair, compare and critpath: where things live and how one guest boots.
 # Sourced, never run. Every function is prefixed sr_.
 
 SR_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -47,6 +47,23 @@ sr_host_device() {
 	compgen -G '/sys/class/infiniband/*' >/dev/null || return 1
 	command -v ibv_devices >/dev/null || return 1
 	ibv_devices 2>/dev/null | awk 'NR > 2 && NF { print $1; found = 1; exit } END { exit !found }'
+}
+
+# The device the benchmarks use (VERBS_TEST_DEVICE, else the first) and
+# its GID index: RoCE v2 with an IPv4-mapped address first, else 0
+# (InfiniBand, or a link-local-only table). Prints "DEVICE INDEX".
+sr_bench_device() {
+	local dev f i type
+	dev=${VERBS_TEST_DEVICE:-$(find /sys/class/infiniband/ -mindepth 1 -maxdepth 1 -printf '%f\n' | sort | head -n1)}
+	for f in /sys/class/infiniband/"$dev"/ports/1/gids/*; do
+		i=${f##*/}
+		type=$(cat "/sys/class/infiniband/$dev/ports/1/gid_attrs/types/$i" 2>/dev/null || true)
+		if [[ $(cat "$f") == 0000:0000:0000:0000:0000:ffff:* && $type == "RoCE v2" ]]; then
+			echo "$dev $i"
+			return
+		fi
+	done
+	echo "$dev 0"
 }
 
 # Pick the accelerator. KVM hangs on some hosts, so it is probed once (with a
