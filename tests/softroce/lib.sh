@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# Shared by setup, guest, pair, compare and critpath: where things live and how one guest boots.
+# Shared by setup, guest, pair, compare and critpath: where things live,
+# how one guest boots, and which device and GID the benchmarks use.
 # Sourced, never run. Every function is prefixed sr_.
 
 SR_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
