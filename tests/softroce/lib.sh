@@ -67,6 +67,16 @@ sr_bench_device() {
 	echo "$dev 0"
 }
 
+# Waits until something listens on TCP PORT, for at most 20 s: neither
+# perftest nor perf retries a client that came before its server.
+sr_wait_listen() {
+	local n=0
+	until ss -ltn 2>/dev/null | grep -q ":$1 "; do
+		((n++ < 400)) || return 0
+		sleep 0.05
+	done
+}
+
 # Pick the accelerator. KVM hangs on some hosts, so it is probed once (with a
 # time limit) and the verdict cached per host kernel.
 sr_accel() {
