@@ -150,10 +150,9 @@ pub struct Params {
     pub rx_depth: u32,
     /// This side starts the ping-pong / is the bandwidth sender.
     pub initiator: bool,
-    /// Re-poll at once after an empty poll, without the CPU's spin-wait
-    /// hint (`pause` on x86): perftest's loop. Off: one `spin_loop` hint per
-    /// empty poll, as `QueuePair::wait` does.
-    pub busy_poll: bool,
+    /// One CPU spin-wait hint (`pause` on x86) per empty poll, as
+    /// `QueuePair::wait` does. Off: re-poll at once, perftest's loop.
+    pub spin_hint: bool,
     /// Ticks without progress before a wait gives up (a dead peer).
     pub stall: u64,
 }
@@ -203,7 +202,7 @@ impl Spin {
     /// One empty poll.
     #[inline(always)]
     fn idle(&mut self, p: &Params, what: &'static str) -> Result<(), Error> {
-        if !p.busy_poll {
+        if p.spin_hint {
             core::hint::spin_loop();
         }
         self.idle = self.idle.wrapping_add(1);

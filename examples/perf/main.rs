@@ -147,10 +147,10 @@ impl<'a> Output<'a> {
         let inline = opts.inline_request().min(qp.caps().max_inline_data);
         let gid = qp.gid().map(|g| g.index);
         let cq_mod = opts.cq_mod(opts.sizes()[0]);
-        let wait = if opts.busy_poll {
-            "busy-poll (re-poll at once)"
-        } else {
+        let wait = if opts.spin_hint {
             "spin with a CPU pause hint per empty poll"
+        } else {
+            "re-poll at once, as perftest"
         };
         let mut info: Vec<(&'static str, Json)> = vec![
             ("test", Json::Str(perftest_name(opts.test).into())),

@@ -40,9 +40,9 @@ usage: perf TEST [OPTIONS] [server | client HOST]
   -l, --post_list N       requests per post call, one doorbell (bw; default 1,
                           at most 32); alias --chain
   -q, --qp N              queue pairs (bw; default 1)
-      --busy-poll         re-poll at once after an empty poll (perftest's
-                          loop); default: one CPU spin-wait hint (x86 PAUSE)
-                          per empty poll, as QueuePair::wait does
+      --spin-hint         one CPU spin-wait hint (x86 PAUSE) per empty poll,
+                          as QueuePair::wait does; default: re-poll at once,
+                          perftest's loop
       --buf-mem MIB       local buffer memory per side (default 64): each
                           request in flight owns a buffer, so large sizes
                           keep fewer in flight
@@ -78,7 +78,7 @@ pub struct Opts {
     pub cq_mod: Option<u32>,
     pub post_list: u32,
     pub qps: usize,
-    pub busy_poll: bool,
+    pub spin_hint: bool,
     pub buf_mem_mib: usize,
     pub json: bool,
     pub rdma_cm: bool,
@@ -116,7 +116,7 @@ impl Opts {
             cq_mod: None,
             post_list: 1,
             qps: 1,
-            busy_poll: false,
+            spin_hint: false,
             buf_mem_mib: 64,
             json: false,
             rdma_cm: false,
@@ -150,7 +150,7 @@ impl Opts {
                 "-Q" | "--cq-mod" => o.cq_mod = Some(num(name, &value()?)?),
                 "-l" | "--post_list" | "--chain" => o.post_list = num(name, &value()?)?,
                 "-q" | "--qp" => o.qps = num(name, &value()?)?,
-                "--busy-poll" => o.busy_poll = true,
+                "--spin-hint" => o.spin_hint = true,
                 "--buf-mem" => o.buf_mem_mib = num(name, &value()?)?,
                 "--json" => o.json = true,
                 "-R" | "--rdma_cm" => o.rdma_cm = true,
@@ -296,7 +296,7 @@ impl Opts {
             inline: (self.inline_request() as usize).min(granted),
             rx_depth: self.rx_depth,
             initiator,
-            busy_poll: self.busy_poll,
+            spin_hint: self.spin_hint,
             stall: clock.ticks_in(STALL),
         }
     }
