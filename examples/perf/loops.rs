@@ -396,14 +396,15 @@ fn ping_pong_write(
     // Message k answers message k; the initiator sends one ahead.
     let lead = u64::from(p.initiator);
     if p.initiator && p.iters > 0 {
-        send(lane, posted, ping, 1, p)?;
+        send(lane, posted, ping, 1, true, p)?;
     }
+    let last_answer = p.iters.saturating_sub(lead);
     for k in 1..=p.iters {
         // The counter wraps at 256 like a C char: the byte only ever
         // steps to the next value, so the wait is exact.
         wait_byte(inbox, p.size - 1, k as u8, p)?;
-        if k + lead <= p.iters {
-            send(lane, posted, ping, k + lead, p)?;
+        if k <= last_answer {
+            send(lane, posted, ping, k + lead, true, p)?;
         }
     }
     Ok(())
@@ -420,34 +421,38 @@ fn ping_pong_send(lane: &mut Lane, posted: &mut [u64], p: &Params) -> Result<(),
     // As in `ping_pong_write`: the initiator sends one ahead.
     let lead = u64::from(p.initiator);
     if p.initiator && p.iters > 0 {
-        send(lane, posted, ping, 1, p)?;
+        send(lane, posted, ping, 1, false, p)?;
     }
+    let last_answer = p.iters.saturating_sub(lead);
     for k in 1..=p.iters {
         wait_received(lane, k, p)?;
         // `repost`, for one message: the peer sends message k + 1 only
-        // after ours, so a wait never takes two.
-        if lane.recv_posted < p.iters.min(k + lane.recv_window) {
+        // after ours, so a wait never takes two, and one repost per
+        // message keeps `recv_window` posted.
+        if lane.recv_posted < p.iters {
             lane.qp.post_prepared(recv)?;
             lane.recv_posted += 1;
         }
-        if k + lead <= p.iters {
-            send(lane, posted, ping, k + lead, p)?;
+        if k <= last_answer {
+            send(lane, posted, ping, k + lead, false, p)?;
         }
     }
     Ok(())
 }
 
-/// Sends message `k` of a ping-pong and waits for its completion.
+/// Sends message `k` of a ping-pong and waits for its completion; with
+/// `write`, first stamps `k` into the last byte, which the peer spins on.
 #[inline(always)]
 fn send(
     lane: &mut Lane,
     posted: &mut [u64],
     ping: Prepared,
     k: u64,
+    write: bool,
     p: &Params,
 ) -> Result<(), Error> {
     posted[k as usize - 1] = ticks();
-    if p.test == Test::WriteLat {
+    if write {
         // The last byte, which the peer spins on.
         lane.qp.write_prepared(ping, p.size - 1, &[k as u8])?;
     }
