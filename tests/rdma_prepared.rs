@@ -225,6 +225,88 @@ fn a_prepared_request_stays_busy_until_its_last_post_completes() {
 }
 
 #[test]
+fn prepared_receives_count_in_flight_among_plain_receives_and_flush_on_reset() {
+    let Some((pd, mut a, mut b)) =
+        setup("prepared_receives_count_in_flight_among_plain_receives_and_flush_on_reset")
+    else {
+        return;
+    };
+    let inbox = |len| Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, len).unwrap();
+    let r1 = b
+        .prepare_recv(RecvRequest::new(inbox(100)).tag(3))
+        .map_err(|e| e.error)
+        .unwrap();
+    let r2 = b
+        .prepare_recv(RecvRequest::new(inbox(300)).tag(7))
+        .map_err(|e| e.error)
+        .unwrap();
+    // Prepared, plain, prepared: one receive queue, completed in post order.
+    b.post_prepared(r1).unwrap();
+    b.post_recv(RecvRequest::new(inbox(200)).tag(5))
+        .map_err(|e| e.error)
+        .unwrap();
+    b.post_prepared(r2).unwrap();
+    assert_eq!(b.in_flight(), (0, 3), "prepared receives count in flight");
+    for call in [
+        b.prepared_buf(r1).map(|_| ()),
+        b.read_prepared(r1, 0, &mut [0u8; 4]),
+        b.release_prepared(r1).map(|_| ()),
+    ] {
+        assert_eq!(call.unwrap_err().kind(), ErrorKind::BadState);
+    }
+    let messages: Vec<Vec<u8>> = [100, 200, 300]
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| support::pattern(40 + i as u64, len))
+        .collect();
+    for (i, data) in messages.iter().enumerate() {
+        let mut buf = MemoryRegion::new(&pd, 4096).unwrap();
+        buf.write_at(0, data).unwrap();
+        let local = Local::range(buf, 0, data.len()).unwrap();
+        a.post_send(SendRequest::new(SendOp::Send, local).tag(i as u64))
+            .map_err(|e| e.error)
+            .unwrap();
+        assert_eq!(next(&mut a).2, WcStatus::SUCCESS);
+    }
+    // One poll may take all three: collect every one handed back.
+    let mut got = Vec::new();
+    let deadline = support::deadline();
+    while got.len() < 3 {
+        b.poll_ref(|c| got.push((c.tag(), c.prepared(), c.status(), c.opcode(), c.byte_len())))
+            .unwrap();
+        assert!(!deadline.passed(), "only {} receives completed", got.len());
+    }
+    let ok = WcStatus::SUCCESS;
+    let recv = WcOpcode::RECV;
+    assert_eq!(
+        got,
+        [
+            (3, Some(r1), ok, recv, 100),
+            (5, None, ok, recv, 200),
+            (7, Some(r2), ok, recv, 300)
+        ]
+    );
+    assert_eq!(b.in_flight(), (0, 0));
+    let mut landed = vec![0u8; 300];
+    b.read_prepared(r2, 0, &mut landed).unwrap();
+    assert_eq!(landed, messages[2], "byte-exact into the prepared buffer");
+
+    // A flushed prepared receive comes back with its handle, and frees it.
+    b.post_prepared(r1).unwrap();
+    let mut flushed = Vec::new();
+    b.reset(&support::config(), support::deadline(), |c| {
+        flushed.push((c.tag, c.prepared(), c.status, c.opcode))
+    })
+    .unwrap();
+    assert_eq!(
+        flushed,
+        [(3, Some(r1), WcStatus::WR_FLUSH_ERR, WcOpcode::RECV)]
+    );
+    assert_eq!(b.in_flight(), (0, 0));
+    assert_eq!(b.release_prepared(r1).unwrap().count(), 1);
+}
+
+#[test]
 fn poll_ref_hands_back_unsignaled_requests_with_their_buffers() {
     let Some((pd, mut a, _b)) = setup("poll_ref_hands_back_unsignaled_requests_with_their_buffers")
     else {

@@ -17,12 +17,27 @@ use super::QueuePair;
 /// the `poll_ref` callback.
 pub struct CompletionRef<'a, B> {
     pub(crate) wc: &'a WorkCompletion,
-    /// The request's slot; `None` for a raw post or a receive on a shared
-    /// receive queue (their buffers are not in this queue pair).
-    pub(crate) slot: Option<&'a mut Slot<B>>,
+    /// What the queue pair kept of the request.
+    pub(crate) origin: Origin<'a, B>,
     /// False for an unsignaled request completed by a later entry.
     pub(crate) own_entry: bool,
     pub(crate) is_recv: bool,
+}
+
+/// What the queue pair kept of a finished request.
+pub(crate) enum Origin<'a, B> {
+    /// Its in-flight slot.
+    Slot(&'a mut Slot<B>),
+    /// A prepared receive, which keeps no slot (its entry holds the
+    /// buffers): its tag, and the index and generation of its entry.
+    PreparedRecv {
+        tag: u64,
+        index: u32,
+        generation: u32,
+    },
+    /// Nothing: a raw post, or a receive on a shared receive queue (their
+    /// buffers are not in this queue pair).
+    Foreign,
 }
 
 impl<B> CompletionRef<'_, B> {
@@ -30,10 +45,11 @@ impl<B> CompletionRef<'_, B> {
     /// shared receive queue until `SharedReceiveQueue::complete`).
     #[inline]
     pub fn tag(&self) -> u64 {
-        match &self.slot {
-            Some(slot) => slot.tag,
-            None if self.is_recv => 0,
-            None => self.wc.wr_id() & super::post::SEQ_MASK,
+        match &self.origin {
+            Origin::Slot(slot) => slot.tag,
+            Origin::PreparedRecv { tag, .. } => *tag,
+            Origin::Foreign if self.is_recv => 0,
+            Origin::Foreign => self.wc.wr_id() & super::post::SEQ_MASK,
         }
     }
 
@@ -57,9 +73,11 @@ impl<B> CompletionRef<'_, B> {
     /// What completed (what was posted, where the entry cannot say).
     #[inline]
     pub fn opcode(&self) -> WcOpcode {
-        match &self.slot {
-            // The entry's opcode is undefined on errors.
-            Some(slot) if !self.own_entry || self.wc.status() != WcStatus::SUCCESS => slot.opcode,
+        // The entry's opcode is undefined on errors.
+        let failed = self.wc.status() != WcStatus::SUCCESS;
+        match &self.origin {
+            Origin::Slot(slot) if !self.own_entry || failed => slot.opcode,
+            Origin::PreparedRecv { .. } if failed => WcOpcode::RECV,
             _ => self.wc.opcode(),
         }
     }
@@ -87,7 +105,10 @@ impl<B> CompletionRef<'_, B> {
     /// False for an unsignaled request (no completion entry of its own).
     #[inline]
     pub fn signaled(&self) -> bool {
-        self.slot.as_ref().is_none_or(|s| s.signaled)
+        match &self.origin {
+            Origin::Slot(slot) => slot.signaled,
+            _ => true,
+        }
     }
 
     /// The provider's vendor error code.
@@ -104,16 +125,20 @@ impl<B> CompletionRef<'_, B> {
     /// the queue pair).
     #[inline]
     pub fn prepared(&self) -> Option<Prepared> {
-        let slot = self.slot.as_ref()?;
+        let (index, generation) = match &self.origin {
+            Origin::Slot(slot) if slot.prepared != NOT_PREPARED => (slot.prepared, slot.generation),
+            Origin::PreparedRecv {
+                index, generation, ..
+            } => (*index, *generation),
+            _ => return None,
+        };
         // The queue pair owns its CQ, so the entry's QP number is ours.
-        (slot.prepared != NOT_PREPARED).then(|| {
-            Prepared::of_post(
-                slot.prepared,
-                slot.generation,
-                self.wc.qp_num(),
-                self.is_recv,
-            )
-        })
+        Some(Prepared::of_post(
+            index,
+            generation,
+            self.wc.qp_num(),
+            self.is_recv,
+        ))
     }
 
     /// `Ok` on success, else the typed error with the primer's meaning
@@ -135,7 +160,10 @@ impl<B> CompletionRef<'_, B> {
     /// Takes the first buffer the request still holds.
     #[inline]
     pub fn take_buf(&mut self) -> Option<B> {
-        self.slot.as_mut().and_then(|s| s.take_first())
+        match &mut self.origin {
+            Origin::Slot(slot) => slot.take_first(),
+            _ => None,
+        }
     }
 
     /// The full completion, with every buffer the request still holds.
@@ -154,10 +182,10 @@ impl<B> CompletionRef<'_, B> {
             srq_wr_id: 0,
             prepared: self.prepared(),
         };
-        match self.slot.as_mut() {
-            Some(slot) => slot.take_bufs_into(&mut c.bufs),
-            None if self.is_recv => c.srq_wr_id = self.wc.wr_id(),
-            None => {}
+        match &mut self.origin {
+            Origin::Slot(slot) => slot.take_bufs_into(&mut c.bufs),
+            Origin::Foreign if self.is_recv => c.srq_wr_id = self.wc.wr_id(),
+            _ => {}
         }
         c
     }
@@ -166,7 +194,7 @@ impl<B> CompletionRef<'_, B> {
 impl<B> Drop for CompletionRef<'_, B> {
     #[inline(always)]
     fn drop(&mut self) {
-        if let Some(slot) = self.slot.as_mut() {
+        if let Origin::Slot(slot) = &mut self.origin {
             slot.drop_leftover();
         }
     }

@@ -383,7 +383,10 @@ impl<B: LocalBuf> QueuePair<B> {
 
     /// Requests in flight on the send and receive queues.
     pub fn in_flight(&self) -> (u64, u64) {
-        (self.send.len(), self.recv.len())
+        (
+            self.send.len(),
+            self.recv.len() + self.prepared.recvs_in_flight(),
+        )
     }
 
     /// The raw QP, for calls the safe layer does not wrap.

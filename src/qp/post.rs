@@ -13,7 +13,7 @@ use crate::sys::{self, ibv_send_flags as F, Zeroed};
 use crate::time::Deadline;
 use crate::wr::{Local, RecvRequest, SendOp, SendRequest, MAX_SGE};
 
-use super::completion_ref::CompletionRef;
+use super::completion_ref::{CompletionRef, Origin};
 use super::inflight::{Completion, InFlight};
 use super::{QpState, QueuePair};
 
@@ -23,11 +23,16 @@ const POLL_BATCH: usize = 16;
 /// Most requests posted with one doorbell by [`QueuePair::post_send_chain`].
 pub const MAX_CHAIN: usize = 32;
 
-/// Work request ids: bit 63 marks the receive queue, bit 62 a request
-/// posted through the raw API; the rest is the in-flight sequence number.
+/// Work request ids: bit 63 marks the receive queue, bit 62 a send posted
+/// through the raw API or a prepared receive (`PREPARED_RECV`); the rest
+/// is the in-flight sequence number, or for a prepared receive the index
+/// of its entry.
 pub(super) const RECV_BIT: u64 = 1 << 63;
 const RAW_BIT: u64 = 1 << 62;
 pub(super) const SEQ_MASK: u64 = RAW_BIT - 1;
+
+/// The id bits of a prepared receive, whose low 32 bits name its entry.
+pub(super) const PREPARED_RECV: u64 = RECV_BIT | RAW_BIT;
 
 /// What to check when a wait for a completion times out.
 const DEAD_PEER_HINT: &str = "is the peer alive and connected? an RC QP retries for timeout x \
@@ -462,7 +467,7 @@ impl<B: LocalBuf> QueuePair<B> {
     }
 
     #[cold]
-    fn cannot_recv(&self) -> Error {
+    pub(super) fn cannot_recv(&self) -> Error {
         if self.state == QpState::RESET || self.state == QpState::ERR {
             Error::new("post_recv", ErrorKind::BadState)
                 .with_detail("receives need INIT, RTR or RTS")
@@ -591,6 +596,9 @@ impl<B: LocalBuf> QueuePair<B> {
         // oldest request. Out of the loop it carries none of the loop's
         // state (send_lat: 325 to 252 instructions per round trip).
         if let [wc] = polled {
+            if wc.wr_id() & PREPARED_RECV == PREPARED_RECV {
+                return Ok(self.retire_prepared_recv(wc, on_done));
+            }
             let is_recv = wc.wr_id() & RECV_BIT != 0;
             let queue = self.in_flight_table(is_recv);
             // Raw and shared-receive-queue ids have bits set that no
@@ -598,7 +606,7 @@ impl<B: LocalBuf> QueuePair<B> {
             if wc.status() == WcStatus::SUCCESS && queue.through(wc.wr_id() & !RECV_BIT) == 1 {
                 on_done(CompletionRef {
                     wc,
-                    slot: Some(queue.pop_oldest()),
+                    origin: Origin::Slot(queue.pop_oldest()),
                     own_entry: true,
                     is_recv,
                 });
@@ -713,6 +721,9 @@ impl<B: LocalBuf> QueuePair<B> {
         on_done: &mut impl FnMut(CompletionRef<'_, B>),
     ) -> usize {
         let id = wc.wr_id();
+        if id & PREPARED_RECV == PREPARED_RECV {
+            return self.retire_prepared_recv(wc, on_done);
+        }
         if wc.status() != WcStatus::SUCCESS {
             self.set_state(QpState::ERR); // every later request will flush
         }
@@ -735,12 +746,45 @@ impl<B: LocalBuf> QueuePair<B> {
             count -= 1;
             on_done(CompletionRef {
                 wc,
-                slot: (!foreign).then(|| queue.pop_oldest()),
+                origin: if foreign {
+                    Origin::Foreign
+                } else {
+                    Origin::Slot(queue.pop_oldest())
+                },
                 own_entry: count == 0,
                 is_recv: handed_as_recv,
             });
         }
         delivered
+    }
+
+    /// Hands back the prepared receive completion `wc` names (its entry,
+    /// not a slot: see `PreparedTable::complete_recv`).
+    #[inline(always)]
+    fn retire_prepared_recv(
+        &mut self,
+        wc: &WorkCompletion,
+        on_done: &mut impl FnMut(CompletionRef<'_, B>),
+    ) -> usize {
+        if wc.status() != WcStatus::SUCCESS {
+            self.set_state(QpState::ERR); // every later request will flush
+        }
+        let index = wc.wr_id() as u32;
+        // An id no receive in flight carries (never: ids are ours).
+        let Some((tag, generation)) = self.prepared.complete_recv(index) else {
+            return 0;
+        };
+        on_done(CompletionRef {
+            wc,
+            origin: Origin::PreparedRecv {
+                tag,
+                index,
+                generation,
+            },
+            own_entry: true,
+            is_recv: true,
+        });
+        1
     }
 }
 

@@ -1,7 +1,10 @@
 //! Prepared requests: built and checked once, then posted again and again,
-//! as perftest posts one prebuilt work request. A post only stamps a
-//! sequence number and rings the doorbell; its completion hands no buffer
-//! back, because the buffers stay with the queue pair until
+//! as perftest posts one prebuilt work request. A send's post only stamps a
+//! sequence number and rings the doorbell; a receive's id is fixed when it
+//! is prepared (it names the entry, which counts its posts in flight: a
+//! receive queue completes every request with an entry of its own, so no
+//! in-flight slot is needed). A completion hands no buffer back, because
+//! the buffers stay with the queue pair until
 //! [`QueuePair::release_prepared`].
 //!
 //! Between posts, [`QueuePair::write_prepared`] and
@@ -21,7 +24,7 @@ use crate::sys::{self, ibv_send_flags as F, Zeroed};
 use crate::wr::{Local, RecvRequest, SendRequest, MAX_SGE};
 
 use super::post::{
-    expected_opcode, fill_sges, flags, post_hint, signal_decision, PostError, RECV_BIT,
+    expected_opcode, fill_sges, flags, post_hint, signal_decision, PostError, PREPARED_RECV,
 };
 use super::QueuePair;
 
@@ -45,6 +48,11 @@ fn key(qp_num: u32, generation: u32) -> u64 {
 
 /// Set in the key of a released entry: no handle's key has it.
 const RELEASED: u64 = 1 << 63;
+
+/// Set in the key of an entry whose buffer `prepared_buf` lent out since
+/// its scatter/gather entries were built (the loan could swap it): a post's
+/// one key test misses, and its cold path rebuilds them.
+const LENT: u64 = 1 << 62;
 
 /// The generation's bits of a key.
 const GENERATION: u64 = u32::MAX as u64;
@@ -85,9 +93,8 @@ pub(crate) struct Entry<B> {
     /// `sg_list`.
     recv_wr: sys::ibv_recv_wr,
     /// Built from `bufs` and `spans`; rebuilt at the next post after
-    /// `prepared_buf` lent a buffer out (`stale`), which could swap it.
+    /// `prepared_buf` lent a buffer out (`LENT`), which could swap it.
     sges: [sys::ibv_sge; MAX_SGE],
-    stale: bool,
     /// Offset and length of each scatter/gather entry in its buffer.
     spans: [(usize, u32); MAX_SGE],
     bufs: [Option<B>; MAX_SGE],
@@ -97,11 +104,13 @@ pub(crate) struct Entry<B> {
     signaled: bool,
     /// Send flags but `SIGNALED`, which is decided at each post.
     flags: F,
-    /// Sequence number of the latest post on its queue (`NEVER` before the
+    /// A send: sequence number of its latest post (`NEVER` before the
     /// first). Queues complete in post order, so the buffers are the NIC's
     /// exactly while that post is in flight; its completion needs no visit
     /// here.
     last_post: u64,
+    /// A receive: its posts in flight, counted down by its completions.
+    in_flight: u32,
     /// `key(qp_num, generation)`, the generation bumped at every release;
     /// with `RELEASED` set while the entry is free for the next prepare.
     key: u64,
@@ -123,7 +132,6 @@ impl<B: LocalBuf> Entry<B> {
                 num_sge: 0,
             },
             sges,
-            stale: false,
             spans: [(0, 0); MAX_SGE],
             bufs: [None, None, None, None],
             nbufs: 0,
@@ -132,6 +140,7 @@ impl<B: LocalBuf> Entry<B> {
             signaled: true,
             flags: F::EMPTY,
             last_post: NEVER,
+            in_flight: 0,
             key: 0, // set by `PreparedTable::insert`
         };
         for (i, l) in locals.iter_mut().enumerate() {
@@ -146,16 +155,8 @@ impl<B: LocalBuf> Entry<B> {
         entry
     }
 
-    /// Rebuilds the scatter/gather entries from the buffers held now if a
-    /// buffer was lent out since; returns where they are.
-    #[inline(always)]
-    fn ready(&mut self) -> Result<*mut sys::ibv_sge, Error> {
-        if self.stale {
-            self.rebuild_sges()?;
-        }
-        Ok(self.sges.as_mut_ptr())
-    }
-
+    /// Rebuilds the scatter/gather entries from the buffers held now, after
+    /// a loan (`LENT`).
     fn rebuild_sges(&mut self) -> Result<(), Error> {
         for i in 0..self.nbufs {
             let (offset, length) = self.spans[i];
@@ -175,14 +176,14 @@ impl<B: LocalBuf> Entry<B> {
                 lkey: buf.lkey(),
             };
         }
-        self.stale = false;
+        self.key &= !LENT;
         Ok(())
     }
 
     fn take_bufs(&mut self) -> impl Iterator<Item = B> {
         // Only a live entry (no `RELEASED`) is released.
         let generation = (self.key as u32).wrapping_add(1);
-        self.key = RELEASED | (self.key & !GENERATION) | u64::from(generation);
+        self.key = RELEASED | (self.key & !(GENERATION | LENT)) | u64::from(generation);
         self.nbufs = 0;
         core::mem::take(&mut self.bufs).into_iter().flatten()
     }
@@ -196,6 +197,8 @@ pub(crate) struct PreparedTable<B> {
     qp_num: u32,
     sends: Vec<Entry<B>>,
     recvs: Vec<Entry<B>>,
+    /// The posts in flight of all receives (their entries' `in_flight`).
+    recvs_in_flight: u64,
 }
 
 impl<B: LocalBuf> PreparedTable<B> {
@@ -204,6 +207,7 @@ impl<B: LocalBuf> PreparedTable<B> {
             qp_num,
             sends: Vec::new(),
             recvs: Vec::new(),
+            recvs_in_flight: 0,
         }
     }
 
@@ -233,6 +237,9 @@ impl<B: LocalBuf> PreparedTable<B> {
                 table.len() - 1
             }
         };
+        if recv {
+            table[index].recv_wr.wr_id = PREPARED_RECV | index as u64;
+        }
         Prepared {
             index: index as u32,
             recv,
@@ -240,14 +247,51 @@ impl<B: LocalBuf> PreparedTable<B> {
         }
     }
 
+    /// Counts down a post of receive `index`, which its completion names,
+    /// and returns its tag and generation; `None` if none is in flight.
+    #[inline(always)]
+    pub(crate) fn complete_recv(&mut self, index: u32) -> Option<(u64, u32)> {
+        let e = self.recvs.get_mut(index as usize)?;
+        e.in_flight = e.in_flight.checked_sub(1)?;
+        self.recvs_in_flight -= 1;
+        Some((e.tag, e.key as u32))
+    }
+
+    /// The posts of prepared receives in flight.
+    pub(crate) fn recvs_in_flight(&self) -> u64 {
+        self.recvs_in_flight
+    }
+
     /// The live entry `p` names on this queue pair.
     #[inline(always)]
     fn entry(&mut self, p: Prepared) -> Result<&mut Entry<B>, Error> {
         match self.queue(p.recv).get_mut(p.index as usize) {
-            // One test for queue pair, generation and liveness.
-            Some(e) if e.key == p.key => Ok(e),
+            Some(e) if e.key & !LENT == p.key => Ok(e),
             _ => Err(gone()),
         }
+    }
+
+    /// The live entry `p` names, its scatter/gather entries built from the
+    /// buffers it holds now: what a post needs.
+    #[inline(always)]
+    fn ready_entry(&mut self, p: Prepared) -> Result<&mut Entry<B>, Error> {
+        match self.queue(p.recv).get_mut(p.index as usize) {
+            // One test for queue pair, generation, liveness and no loan.
+            Some(e) if e.key == p.key => Ok(e),
+            other => rebuilt(other, p.key),
+        }
+    }
+}
+
+/// `ready_entry`'s cold path: the entry after a loan, rebuilt.
+#[cold]
+fn rebuilt<B: LocalBuf>(entry: Option<&mut Entry<B>>, key: u64) -> Result<&mut Entry<B>, Error> {
+    match entry {
+        Some(e) if e.key == key | LENT => {
+            e.rebuild_sges()?;
+            Ok(e)
+        }
+        _ => Err(gone()),
     }
 }
 
@@ -346,8 +390,8 @@ impl<B: LocalBuf> QueuePair<B> {
         let seq = self.send.next_seq();
         let capacity = self.send.capacity();
         let mut run = self.unsignaled_run;
-        let entry = self.prepared.entry(p)?;
-        entry.wr.sg_list = entry.ready()?;
+        let entry = self.prepared.ready_entry(p)?;
+        entry.wr.sg_list = entry.sges.as_mut_ptr();
         let asked = as_prepared && entry.signaled;
         let signaled = signal_decision(&mut run, capacity, asked, 0);
         entry.wr.wr_id = seq;
@@ -371,24 +415,25 @@ impl<B: LocalBuf> QueuePair<B> {
         Ok(())
     }
 
+    /// A receive keeps no in-flight slot, so only the state (or a shared
+    /// receive queue) is checked here; the provider refuses a full queue.
     #[inline(always)]
     fn post_prepared_recv(&mut self, p: Prepared) -> Result<(), Error> {
-        self.check_can_recv()?;
-        let seq = self.recv.next_seq();
-        let entry = self.prepared.entry(p)?;
-        entry.recv_wr.sg_list = entry.ready()?;
-        entry.recv_wr.wr_id = RECV_BIT | seq;
+        if self.recv_room == 0 {
+            return Err(self.cannot_recv());
+        }
+        let entry = self.prepared.ready_entry(p)?;
+        entry.recv_wr.sg_list = entry.sges.as_mut_ptr();
         let mut bad = core::ptr::null_mut();
-        // SAFETY: live QP; the entry's `recv_wr` and the `sges` it points
-        // at (just set) are valid for the call and name buffers the entry
-        // keeps out of reach until the receive completes (as in `post_prepared`).
+        // SAFETY: live QP; the entry's `recv_wr` (its id fixed by `insert`)
+        // and the `sges` it points at (just set) are valid for the call and
+        // name buffers the entry keeps out of reach (`idle_entry` refuses
+        // while `in_flight`, counted below) until the receive completes.
         let rc =
             unsafe { sys::verbs_shim_post_recv(self.qp.as_ptr(), &mut entry.recv_wr, &mut bad) };
         crate::ret::check_rc("ibv_post_recv", rc)?;
-        entry.last_post = seq;
-        let tag = entry.tag;
-        self.recv
-            .push_prepared(tag, WcOpcode::RECV, true, p.index, p.generation());
+        entry.in_flight += 1;
+        self.prepared.recvs_in_flight += 1;
         Ok(())
     }
 
@@ -398,7 +443,7 @@ impl<B: LocalBuf> QueuePair<B> {
     #[inline]
     pub fn prepared_buf(&mut self, p: Prepared) -> Result<&mut B, Error> {
         let entry = self.idle_entry(p, "prepared_buf")?;
-        entry.stale = true;
+        entry.key |= LENT;
         entry.bufs[0]
             .as_mut()
             .ok_or_else(|| no_buffer("prepared_buf"))
@@ -464,9 +509,13 @@ impl<B: LocalBuf> QueuePair<B> {
     /// The live entry `p` names, refused while a post of it is in flight.
     #[inline(always)]
     fn idle_entry(&mut self, p: Prepared, call: &'static str) -> Result<&mut Entry<B>, Error> {
-        let queue = if p.recv { &self.recv } else { &self.send };
         let entry = self.prepared.entry(p)?;
-        if queue.contains(entry.last_post) {
+        let busy_now = if p.recv {
+            entry.in_flight != 0
+        } else {
+            self.send.contains(entry.last_post)
+        };
+        if busy_now {
             return Err(busy(call));
         }
         Ok(entry)
