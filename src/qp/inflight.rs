@@ -24,10 +24,10 @@ pub(crate) struct Slot<B> {
     /// which get no completion entry of their own).
     pub(crate) opcode: WcOpcode,
     pub(crate) signaled: bool,
-    /// The prepared request this post is of (its index in the queue pair's
-    /// table), or `NOT_PREPARED`.
+    /// The prepared send this post is of (its index in the queue pair's
+    /// table), or `NOT_PREPARED`. A prepared receive keeps no slot.
     pub(crate) prepared: u32,
-    /// That prepared request's generation (see `Prepared`).
+    /// That prepared send's generation (see `Prepared`).
     pub(crate) generation: u32,
     /// How many of `bufs` (a prefix) hold buffers.
     nbufs: u8,
@@ -186,8 +186,9 @@ impl<B> InFlight<B> {
         slot
     }
 
-    /// Records a post of prepared request `index`, whose buffers stay in
-    /// the prepared table. The caller checked `!is_full()`.
+    /// Records a post of prepared send `index`, whose buffers stay in the
+    /// prepared table (a prepared receive keeps no slot: see `prepared`).
+    /// The caller checked `!is_full()`.
     #[inline(always)]
     pub(crate) fn push_prepared(
         &mut self,
