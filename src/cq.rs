@@ -266,9 +266,21 @@ pub(crate) unsafe fn poll_uninit_raw(
     // SAFETY: live CQ (caller); `out` is valid for `n` writes of `ibv_wc`
     // (WorkCompletion and MaybeUninit are transparent wrappers).
     let got = unsafe { sys::verbs_shim_poll_cq(cq, n, out.as_mut_ptr().cast()) };
-    let got = check_count("ibv_poll_cq", got as isize)?.min(out.len());
+    // One comparison for the common case: a negative count (an error) is
+    // huge as unsigned, as is more than was asked for.
+    let got = match got as u32 as usize {
+        n if n <= out.len() => n,
+        _ => poll_refused(got, out.len())?,
+    };
     // SAFETY: the library initialized the first `got` entries.
     Ok(unsafe { core::slice::from_raw_parts(out.as_ptr().cast::<WorkCompletion>(), got) })
+}
+
+/// `poll_uninit_raw`'s cold path: the error of a negative count, and no
+/// more entries than asked for from a provider that claims more.
+#[cold]
+fn poll_refused(got: core::ffi::c_int, asked: usize) -> Result<usize, Error> {
+    Ok(check_count("ibv_poll_cq", got as isize)?.min(asked))
 }
 
 pub(crate) struct ChannelInner {
