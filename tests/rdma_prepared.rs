@@ -130,6 +130,87 @@ fn prepared_receives_are_posted_again_and_read_between_posts() {
     }
 }
 
+/// Entries move when the table grows or a released slot is reused: each
+/// kept request must still point at its own scatter/gather entries (the
+/// crate sets those pointers where entries move, not at every post).
+#[test]
+fn prepared_requests_still_post_their_own_buffers_after_the_table_grows() {
+    let Some((pd, mut a, mut b)) =
+        setup("prepared_requests_still_post_their_own_buffers_after_the_table_grows")
+    else {
+        return;
+    };
+    let (target, dst) = remote_target(&pd, 4096, 64);
+    let region = || MemoryRegion::new(&pd, 64).unwrap();
+    let w = a
+        .prepare_send(SendRequest::new(
+            SendOp::Write(dst),
+            Local::range(region(), 0, 64).unwrap(),
+        ))
+        .map_err(|e| e.error)
+        .unwrap();
+    let r = b
+        .prepare_recv(RecvRequest::new(Local::range(region(), 0, 64).unwrap()).tag(5))
+        .map_err(|e| e.error)
+        .unwrap();
+    // Grow both tables well past their first allocation, then release
+    // every other new entry and prepare into the freed slots.
+    let mut sends = Vec::new();
+    let mut recvs = Vec::new();
+    for _ in 0..40 {
+        let local = Local::range(region(), 0, 64).unwrap();
+        sends.push(
+            a.prepare_send(SendRequest::new(SendOp::Send, local))
+                .map_err(|e| e.error)
+                .unwrap(),
+        );
+        let local = Local::range(region(), 0, 64).unwrap();
+        recvs.push(
+            b.prepare_recv(RecvRequest::new(local))
+                .map_err(|e| e.error)
+                .unwrap(),
+        );
+    }
+    for i in (0..40).step_by(2) {
+        drop(a.release_prepared(sends[i]).unwrap());
+        drop(b.release_prepared(recvs[i]).unwrap());
+        let local = Local::range(region(), 0, 64).unwrap();
+        sends[i] = a
+            .prepare_send(SendRequest::new(SendOp::Send, local))
+            .map_err(|e| e.error)
+            .unwrap();
+        let local = Local::range(region(), 0, 64).unwrap();
+        recvs[i] = b
+            .prepare_recv(RecvRequest::new(local))
+            .map_err(|e| e.error)
+            .unwrap();
+    }
+    // The first Write still sends its own buffer...
+    let data = support::pattern(7, 64);
+    a.write_prepared(w, 0, &data).unwrap();
+    a.post_prepared(w).unwrap();
+    assert_eq!(next(&mut a).2, WcStatus::SUCCESS);
+    let mut landed = vec![0u8; 64];
+    target.read_at(0, &mut landed).unwrap();
+    assert_eq!(landed, data, "the Write sent its own buffer");
+    // ...and the first receive still lands in its own, from a send
+    // prepared into a reused slot.
+    let s = sends[38];
+    let data = support::pattern(8, 64);
+    a.write_prepared(s, 0, &data).unwrap();
+    b.post_prepared(r).unwrap();
+    a.post_prepared(s).unwrap();
+    assert_eq!(next(&mut a).2, WcStatus::SUCCESS);
+    let (tag, prepared, status, _, len) = next(&mut b);
+    assert_eq!(
+        (tag, prepared, status, len),
+        (5, Some(r), WcStatus::SUCCESS, 64)
+    );
+    let mut got = vec![0u8; 64];
+    b.read_prepared(r, 0, &mut got).unwrap();
+    assert_eq!(got, data, "the receive landed in its own buffer");
+}
+
 #[test]
 fn prepared_requests_refuse_misuse() {
     let Some((pd, mut a, mut b)) = setup("prepared_requests_refuse_misuse") else {

@@ -16,6 +16,7 @@
 #![allow(unsafe_code)]
 
 use alloc::vec::Vec;
+use core::mem::MaybeUninit;
 
 use crate::cq::WcOpcode;
 use crate::error::{Error, ErrorKind};
@@ -86,11 +87,11 @@ impl Prepared {
 /// One kept request.
 pub(crate) struct Entry<B> {
     /// The send work request, filled once (unused for receives); a post
-    /// sets its id, flags and `sg_list` (the entry moves when the table
-    /// grows, so the pointer is taken at each post).
+    /// sets its id and flags. Its `sg_list` points at `sges`, set by
+    /// `PreparedTable::insert`, the only place entries move.
     wr: sys::ibv_send_wr,
-    /// The receive work request (unused for sends); a post sets its id and
-    /// `sg_list`.
+    /// The receive work request (unused for sends), its id and `sg_list`
+    /// set by `PreparedTable::insert`.
     recv_wr: sys::ibv_recv_wr,
     /// Built from `bufs` and `spans`; rebuilt at the next post after
     /// `prepared_buf` lent a buffer out (`LENT`), which could swap it.
@@ -197,8 +198,6 @@ pub(crate) struct PreparedTable<B> {
     qp_num: u32,
     sends: Vec<Entry<B>>,
     recvs: Vec<Entry<B>>,
-    /// The posts in flight of all receives (their entries' `in_flight`).
-    recvs_in_flight: u64,
 }
 
 impl<B: LocalBuf> PreparedTable<B> {
@@ -207,7 +206,6 @@ impl<B: LocalBuf> PreparedTable<B> {
             qp_num,
             sends: Vec::new(),
             recvs: Vec::new(),
-            recvs_in_flight: 0,
         }
     }
 
@@ -240,6 +238,13 @@ impl<B: LocalBuf> PreparedTable<B> {
         if recv {
             table[index].recv_wr.wr_id = PREPARED_RECV | index as u64;
         }
+        // Entries move only here (into a slot, or all of them when the
+        // table grows): from now to the next insert, each one's requests
+        // point at its own scatter/gather entries, so a post sets no pointer.
+        for e in table.iter_mut() {
+            e.wr.sg_list = e.sges.as_mut_ptr();
+            e.recv_wr.sg_list = e.sges.as_mut_ptr();
+        }
         Prepared {
             index: index as u32,
             recv,
@@ -253,13 +258,13 @@ impl<B: LocalBuf> PreparedTable<B> {
     pub(crate) fn complete_recv(&mut self, index: u32) -> Option<(u64, u32)> {
         let e = self.recvs.get_mut(index as usize)?;
         e.in_flight = e.in_flight.checked_sub(1)?;
-        self.recvs_in_flight -= 1;
         Some((e.tag, e.key as u32))
     }
 
-    /// The posts of prepared receives in flight.
+    /// The posts of prepared receives in flight: summed here, off the data
+    /// path, rather than counted on every post and completion.
     pub(crate) fn recvs_in_flight(&self) -> u64 {
-        self.recvs_in_flight
+        self.recvs.iter().map(|e| u64::from(e.in_flight)).sum()
     }
 
     /// The live entry `p` names on this queue pair.
@@ -388,25 +393,26 @@ impl<B: LocalBuf> QueuePair<B> {
         }
         self.check_can_send("post_prepared", 1)?;
         let seq = self.send.next_seq();
-        let capacity = self.send.capacity();
-        let mut run = self.unsignaled_run;
         let entry = self.prepared.ready_entry(p)?;
-        entry.wr.sg_list = entry.sges.as_mut_ptr();
         let asked = as_prepared && entry.signaled;
-        let signaled = signal_decision(&mut run, capacity, asked, 0);
+        // A signaled post (the latency tests' every one) reads no run.
+        let mut run = if asked { 0 } else { self.unsignaled_run };
+        let signaled = asked || signal_decision(&mut run, self.send.capacity(), false, 0);
         entry.wr.wr_id = seq;
         entry.wr.send_flags = if signaled {
             entry.flags | F::SIGNALED
         } else {
             entry.flags
         };
-        let mut bad = core::ptr::null_mut();
-        // SAFETY: live QP; `wr` and the `sges` it points at (just set) are
-        // valid for the call and name buffers the entry owns, which stay in
+        // Written by the provider only on failure, and never read here.
+        let mut bad = MaybeUninit::uninit();
+        // SAFETY: live QP; `wr` and the `sges` it points at (since the
+        // entry last moved: `insert`) are valid for the call and name buffers the entry owns, which stay in
         // the table, out of reach (`idle_entry` refuses `prepared_buf` and
         // release while this post, recorded as `last_post`, is in flight),
         // until the completion is polled.
-        let rc = unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), &mut entry.wr, &mut bad) };
+        let rc =
+            unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), &mut entry.wr, bad.as_mut_ptr()) };
         crate::ret::check_rc("ibv_post_send", rc).map_err(post_hint)?;
         entry.last_post = seq;
         self.unsignaled_run = run;
@@ -423,17 +429,17 @@ impl<B: LocalBuf> QueuePair<B> {
             return Err(self.cannot_recv());
         }
         let entry = self.prepared.ready_entry(p)?;
-        entry.recv_wr.sg_list = entry.sges.as_mut_ptr();
-        let mut bad = core::ptr::null_mut();
-        // SAFETY: live QP; the entry's `recv_wr` (its id fixed by `insert`)
-        // and the `sges` it points at (just set) are valid for the call and
+        // Written by the provider only on failure, and never read here.
+        let mut bad = MaybeUninit::uninit();
+        // SAFETY: live QP; the entry's `recv_wr` and the `sges` it points at
+        // (both set by `insert`, where entries move) are valid for the call and
         // name buffers the entry keeps out of reach (`idle_entry` refuses
         // while `in_flight`, counted below) until the receive completes.
-        let rc =
-            unsafe { sys::verbs_shim_post_recv(self.qp.as_ptr(), &mut entry.recv_wr, &mut bad) };
+        let rc = unsafe {
+            sys::verbs_shim_post_recv(self.qp.as_ptr(), &mut entry.recv_wr, bad.as_mut_ptr())
+        };
         crate::ret::check_rc("ibv_post_recv", rc)?;
         entry.in_flight += 1;
-        self.prepared.recvs_in_flight += 1;
         Ok(())
     }
 
