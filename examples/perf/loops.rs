@@ -395,8 +395,9 @@ fn ping_pong_write(
     let ping = lane.ping.ok_or_else(no_buffer)?;
     // Message k answers message k; the initiator sends one ahead.
     let lead = u64::from(p.initiator);
+    let mut stamps = posted.iter_mut();
     if p.initiator && p.iters > 0 {
-        send(lane, posted, ping, 1, true, p)?;
+        send(lane, stamps.next(), ping, 1, true, p)?;
     }
     let last_answer = p.iters.saturating_sub(lead);
     for k in 1..=p.iters {
@@ -404,7 +405,7 @@ fn ping_pong_write(
         // steps to the next value, so the wait is exact.
         wait_byte(inbox, p.size - 1, k as u8, p)?;
         if k <= last_answer {
-            send(lane, posted, ping, k + lead, true, p)?;
+            send(lane, stamps.next(), ping, k + lead, true, p)?;
         }
     }
     Ok(())
@@ -420,8 +421,9 @@ fn ping_pong_send(lane: &mut Lane, posted: &mut [u64], p: &Params) -> Result<(),
     let recv = *lane.recvs.first().ok_or_else(no_buffer)?;
     // As in `ping_pong_write`: the initiator sends one ahead.
     let lead = u64::from(p.initiator);
+    let mut stamps = posted.iter_mut();
     if p.initiator && p.iters > 0 {
-        send(lane, posted, ping, 1, false, p)?;
+        send(lane, stamps.next(), ping, 1, false, p)?;
     }
     let last_answer = p.iters.saturating_sub(lead);
     for k in 1..=p.iters {
@@ -434,24 +436,26 @@ fn ping_pong_send(lane: &mut Lane, posted: &mut [u64], p: &Params) -> Result<(),
             lane.recv_posted += 1;
         }
         if k <= last_answer {
-            send(lane, posted, ping, k + lead, false, p)?;
+            send(lane, stamps.next(), ping, k + lead, false, p)?;
         }
     }
     Ok(())
 }
 
-/// Sends message `k` of a ping-pong and waits for its completion; with
-/// `write`, first stamps `k` into the last byte, which the peer spins on.
+/// Sends message `k` of a ping-pong, timestamped into `stamp` (the
+/// table's next entry: an iterator's, with no index to check), and waits
+/// for its completion; with `write`, first stamps `k` into the last byte,
+/// which the peer spins on.
 #[inline(always)]
 fn send(
     lane: &mut Lane,
-    posted: &mut [u64],
+    stamp: Option<&mut u64>,
     ping: Prepared,
     k: u64,
     write: bool,
     p: &Params,
 ) -> Result<(), Error> {
-    posted[k as usize - 1] = ticks();
+    *stamp.ok_or_else(no_stamp)? = ticks();
     if write {
         // The last byte, which the peer spins on.
         lane.qp.write_prepared(ping, p.size - 1, &[k as u8])?;
@@ -564,6 +568,11 @@ fn drain_receives(side: &mut Side, p: &Params) -> Result<(), Error> {
             spin = Spin::new();
         }
     }
+}
+
+#[cold]
+fn no_stamp() -> Error {
+    Error::new("perf", ErrorKind::QueueFull).with_detail("timestamp table full (a bug in perf)")
 }
 
 #[cold]
