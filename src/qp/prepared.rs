@@ -406,11 +406,12 @@ impl<B: LocalBuf> QueuePair<B> {
         };
         // Written by the provider only on failure, and never read here.
         let mut bad = MaybeUninit::uninit();
-        // SAFETY: live QP; `wr` and the `sges` it points at (since the
-        // entry last moved: `insert`) are valid for the call and name buffers the entry owns, which stay in
-        // the table, out of reach (`idle_entry` refuses `prepared_buf` and
-        // release while this post, recorded as `last_post`, is in flight),
-        // until the completion is polled.
+        // SAFETY: live QP; `wr` and the `sges` it points at (set by
+        // `insert`, where entries move) are valid for the call and name
+        // buffers the entry owns, which stay in the table, out of reach
+        // (`idle_entry` refuses `prepared_buf` and release while this post,
+        // recorded as `last_post`, is in flight), until the completion is
+        // polled.
         let rc =
             unsafe { sys::verbs_shim_post_send(self.qp.as_ptr(), &mut entry.wr, bad.as_mut_ptr()) };
         crate::ret::check_rc("ibv_post_send", rc).map_err(post_hint)?;
@@ -431,10 +432,11 @@ impl<B: LocalBuf> QueuePair<B> {
         let entry = self.prepared.ready_entry(p)?;
         // Written by the provider only on failure, and never read here.
         let mut bad = MaybeUninit::uninit();
-        // SAFETY: live QP; the entry's `recv_wr` and the `sges` it points at
-        // (both set by `insert`, where entries move) are valid for the call and
-        // name buffers the entry keeps out of reach (`idle_entry` refuses
-        // while `in_flight`, counted below) until the receive completes.
+        // SAFETY: live QP; the entry's `recv_wr` and the `sges` it points
+        // at (set by `insert`, where entries move) are valid for the call
+        // and name buffers the entry keeps out of reach (`idle_entry`
+        // refuses while `in_flight`, counted below) until the receive
+        // completes.
         let rc = unsafe {
             sys::verbs_shim_post_recv(self.qp.as_ptr(), &mut entry.recv_wr, bad.as_mut_ptr())
         };
