@@ -223,6 +223,7 @@ impl<B: LocalBuf> PreparedTable<B> {
     fn insert(&mut self, recv: bool, mut entry: Entry<B>) -> Prepared {
         let qp_num = self.qp_num;
         let table = self.queue(recv);
+        let memory = table.as_ptr();
         let index = match table.iter().position(|e| e.key & RELEASED != 0) {
             Some(i) => {
                 entry.key = key(qp_num, table[i].key as u32);
@@ -238,10 +239,16 @@ impl<B: LocalBuf> PreparedTable<B> {
         if recv {
             table[index].recv_wr.wr_id = PREPARED_RECV | index as u64;
         }
-        // Entries move only here (into a slot, or all of them when the
-        // table grows): from now to the next insert, each one's requests
-        // point at its own scatter/gather entries, so a post sets no pointer.
-        for e in table.iter_mut() {
+        // Entries move only here: the new one, and all of them when the
+        // table grew into new memory. From now to the next insert, each
+        // one's requests point at its own scatter/gather entries, so a post
+        // sets no pointer.
+        let moved = if table.as_ptr() == memory {
+            index..index + 1
+        } else {
+            0..table.len()
+        };
+        for e in &mut table[moved] {
             e.wr.sg_list = e.sges.as_mut_ptr();
             e.recv_wr.sg_list = e.sges.as_mut_ptr();
         }
