@@ -38,7 +38,10 @@ use core::fmt;
 use crate::endpoint::{Endpoint, EndpointError, Mtu, RemoteRegion, MAX_REGIONS};
 use crate::gid::Gid;
 
+mod token;
 pub mod tutorial;
+
+pub use token::{Token, MAX_TOKEN_LEN};
 
 /// First four bytes of every message: tells a confused peer (a port
 /// scanner, the primer's C client, an HTTP probe) apart at once.
