@@ -1,20 +1,24 @@
-//! The TCP endpoint exchange over loopback: happy paths, deadlines, and
-//! peers that misbehave. No RDMA hardware involved.
+//! The endpoint exchange over loopback: the client speaks first and a
+//! refused client learns nothing; deadlines; any stream under a session;
+//! the primer's format byte for byte. No RDMA hardware involved.
 #![cfg(feature = "std")]
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use verbs::endpoint::{Endpoint, Mtu, RemoteRegion};
-use verbs::exchange::{connect, ExchangeError, Listener};
+use verbs::exchange::{
+    connect, connect_and_exchange, ExchangeError, Listener, Session, Timeouts, TutorialSide,
+};
 use verbs::gid::Gid;
-use verbs::wire::tutorial::{ConnInfo, TUTORIAL_BUF_SIZE};
-use verbs::wire::{self, WireError, MAX_BODY_LEN};
+use verbs::time::Deadline;
+use verbs::wire::tutorial::{ConnInfo, CONN_INFO_LEN};
+use verbs::wire::{self, Message, Token, WireError};
 
 /// Scheduling noise allowed past a deadline before calling it overrun.
-const SLACK: Duration = Duration::from_millis(250);
+const SLACK: Duration = Duration::from_millis(300);
 
 fn endpoint(qpn: u32, regions: usize) -> Endpoint {
     Endpoint {
@@ -33,352 +37,289 @@ fn endpoint(qpn: u32, regions: usize) -> Endpoint {
     }
 }
 
-/// An endpoint the primer's format can carry: PSN 0, MTU 1024, one region.
-fn tutorial_endpoint(qpn: u32) -> Endpoint {
-    Endpoint {
-        psn: 0,
-        ..endpoint(qpn, 1)
+fn ms(n: u64) -> Deadline {
+    Deadline::after(Duration::from_millis(n))
+}
+
+fn token() -> Token {
+    Token::new(b"0123456789abcdef-shared").unwrap()
+}
+
+/// The server's endpoint: what only accepted clients may learn.
+fn server_endpoint() -> Endpoint {
+    endpoint(0x11, 2)
+}
+
+/// A hello's bytes, for clients that then tamper with them.
+fn hello_bytes(qpn: u32, token: Option<Token>) -> Vec<u8> {
+    wire::encode(&Message::hello(endpoint(qpn, 1), token)).unwrap()
+}
+
+/// Bytes the peer sends before closing (a reset counts as a close).
+fn received_until_closed(s: &mut TcpStream) -> usize {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("the server neither closed nor reset: {e}"),
     }
+    got.len()
 }
 
-fn listener() -> (Listener, SocketAddr) {
-    let l = Listener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    (l, addr)
-}
-
-fn in_ms(ms: u64) -> Instant {
-    Instant::now() + Duration::from_millis(ms)
-}
-
-/// Asserts the call just returned at `deadline` (not early, not much later).
-fn assert_at_deadline(deadline: Instant) {
-    let now = Instant::now();
-    assert!(
-        now >= deadline,
-        "returned {:?} before the deadline",
-        deadline - now
-    );
-    assert!(
-        now <= deadline + SLACK,
-        "overran the deadline by {:?}",
-        now - deadline
-    );
-}
-
-#[test]
-fn full_exchange_both_ways() {
-    let (l, addr) = listener();
-    let server = thread::spawn(move || {
-        let mut s = l.accept(in_ms(5000)).unwrap();
-        let peer = s.exchange(&endpoint(0x11, 3), in_ms(5000)).unwrap();
-        s.sync(in_ms(5000)).unwrap();
-        peer
-    });
-    let mut c = connect(addr, in_ms(5000)).unwrap();
-    assert_eq!(c.peer_addr(), addr);
-    let from_server = c.exchange(&endpoint(0x22, 64), in_ms(5000)).unwrap();
-    c.sync(in_ms(5000)).unwrap();
-    let from_client = server.join().unwrap();
-    assert_eq!(from_server, endpoint(0x11, 3));
-    assert_eq!(from_client, endpoint(0x22, 64));
-}
-
-#[test]
-fn tutorial_format_exchange() {
-    let (l, addr) = listener();
-    let server_info = ConnInfo::from_endpoint(&tutorial_endpoint(0x33)).unwrap();
-    let client_info = ConnInfo::from_endpoint(&tutorial_endpoint(0x44)).unwrap();
-    let server = thread::spawn(move || {
-        let mut s = l.accept(in_ms(5000)).unwrap();
-        s.exchange_tutorial(&server_info, true, in_ms(5000))
-            .unwrap()
-    });
-    let mut c = connect(addr, in_ms(5000)).unwrap();
-    let got = c
-        .exchange_tutorial(&client_info, false, in_ms(5000))
-        .unwrap();
-    assert_eq!(got, server_info);
-    assert_eq!(server.join().unwrap(), client_info);
-    let mut ep = got.to_endpoint(TUTORIAL_BUF_SIZE).unwrap();
-    ep.regions[0].len = 0x1000;
-    assert_eq!(ep, tutorial_endpoint(0x33));
-}
-
-#[test]
-fn tutorial_order_interoperates_with_raw_c_style_client() {
-    // What the primer's C client does: read 36 bytes, then write 36.
-    let (l, addr) = listener();
-    let mine = ConnInfo::from_endpoint(&tutorial_endpoint(0x55)).unwrap();
-    let theirs = ConnInfo::from_endpoint(&tutorial_endpoint(0x66)).unwrap();
-    let client = thread::spawn(move || {
-        let mut s = TcpStream::connect(addr).unwrap();
-        let mut buf = [0u8; 36];
-        s.read_exact(&mut buf).unwrap();
-        s.write_all(&theirs.to_bytes()).unwrap();
-        ConnInfo::from_bytes(&buf)
-    });
-    let mut s = l.accept(in_ms(5000)).unwrap();
-    assert_eq!(
-        s.exchange_tutorial(&mine, true, in_ms(5000)).unwrap(),
-        theirs
-    );
-    assert_eq!(client.join().unwrap(), mine);
-}
-
-#[test]
-fn accept_times_out_at_deadline() {
-    let (l, _) = listener();
-    let deadline = in_ms(300);
-    let err = l.accept(deadline).unwrap_err();
-    assert!(
-        matches!(err, ExchangeError::TimedOut { during: "accept" }),
-        "{err}"
-    );
-    assert_at_deadline(deadline);
-}
-
-#[test]
-fn silent_client_times_out_at_deadline() {
-    let (l, addr) = listener();
-    let client = TcpStream::connect(addr).unwrap();
-    let mut s = l.accept(in_ms(5000)).unwrap();
-    let deadline = in_ms(400);
-    let err = s.exchange(&endpoint(1, 1), deadline).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ExchangeError::TimedOut {
-                during: "read header"
-            }
-        ),
-        "{err}"
-    );
-    assert!(err.is_timeout());
-    assert_at_deadline(deadline);
-    drop(client);
-}
-
-#[test]
-fn slow_drip_is_bounded_by_the_deadline() {
-    // One valid byte every 200 ms: each read makes progress, so a timeout
-    // reset per read would never fire; the deadline must.
-    let (l, addr) = listener();
-    let msg = wire::encode(&endpoint(2, 2)).unwrap();
-    let client = thread::spawn(move || {
-        let mut s = TcpStream::connect(addr).unwrap();
-        for byte in msg {
-            if s.write_all(&[byte]).is_err() {
-                break; // server gave up and closed: expected
-            }
-            thread::sleep(Duration::from_millis(200)); // the drip rate under test
-        }
-    });
-    let mut s = l.accept(in_ms(5000)).unwrap();
-    let deadline = in_ms(1100);
-    let err = s.exchange(&endpoint(1, 1), deadline).unwrap_err();
-    assert!(err.is_timeout(), "{err}");
-    assert_at_deadline(deadline);
-    drop(s);
-    client.join().unwrap();
-}
-
-/// Sends `bytes` as the client and returns the server's exchange result
-/// and how long the server took.
-fn serve_raw(bytes: Vec<u8>) -> (Result<Endpoint, ExchangeError>, Duration) {
-    let (l, addr) = listener();
-    let client = thread::spawn(move || {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(&bytes).unwrap();
-        // Hold the connection open until the server hangs up, so the
-        // server's error is about the bytes, not about a close.
-        let mut sink = Vec::new();
-        let _ = s.read_to_end(&mut sink);
-    });
-    let mut s = l.accept(in_ms(5000)).unwrap();
-    let start = Instant::now();
-    let result = s.exchange(&endpoint(1, 1), in_ms(5000));
+/// Asserts that a call begun at `start` with a deadline `budget` later
+/// returned at that deadline: not early, not much later.
+fn assert_ended_at(start: Instant, budget: Duration) {
     let took = start.elapsed();
-    drop(s);
-    client.join().unwrap();
-    (result, took)
-}
-
-#[test]
-fn oversized_claim_is_refused_without_waiting_for_the_body() {
-    let mut msg = wire::encode(&endpoint(3, 0)).unwrap();
-    msg[8..12].copy_from_slice(&u32::MAX.to_be_bytes());
-    msg.truncate(wire::HEADER_LEN);
-    let (result, took) = serve_raw(msg);
-    match result {
-        Err(ExchangeError::Decode(WireError::Oversized { claimed, max })) => {
-            assert_eq!(claimed, u32::MAX as usize);
-            assert_eq!(max, MAX_BODY_LEN);
-        }
-        other => panic!("expected Oversized, got {other:?}"),
-    }
-    assert!(took < Duration::from_secs(2), "waited {took:?} for a body");
-}
-
-#[test]
-fn wrong_magic_is_a_typed_error() {
-    let (result, took) = serve_raw(b"GET / HTTP/1.1\r\n\r\n".to_vec());
-    let err = result.unwrap_err();
     assert!(
-        matches!(err.wire_error(), Some(WireError::BadMagic(0x4745_5420))),
-        "{err}"
+        took >= budget,
+        "returned after {took:?}, before the deadline"
     );
-    assert!(took < Duration::from_secs(2));
+    assert!(took <= budget + SLACK, "overran the deadline: {took:?}");
 }
 
 #[test]
-fn wrong_version_is_a_typed_error() {
-    let mut msg = wire::encode(&endpoint(4, 1)).unwrap();
-    msg[4..6].copy_from_slice(&9u16.to_be_bytes());
-    let (result, _) = serve_raw(msg);
-    assert!(matches!(
-        result,
-        Err(ExchangeError::Decode(WireError::BadVersion(9)))
-    ));
-}
-
-#[test]
-fn inconsistent_body_is_a_typed_error() {
-    let mut msg = wire::encode(&endpoint(5, 1)).unwrap();
-    msg[22..24].copy_from_slice(&42u16.to_be_bytes()); // mtu code 42
-    let (result, _) = serve_raw(msg);
-    assert!(matches!(
-        result,
-        Err(ExchangeError::Decode(WireError::Inconsistent(_)))
-    ));
-}
-
-#[test]
-fn peer_closing_mid_message_is_reported() {
-    let msg = wire::encode(&endpoint(6, 1)).unwrap();
-    let (l, addr) = listener();
-    let client = thread::spawn(move || {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(&msg[..20]).unwrap();
-    });
-    let mut s = l.accept(in_ms(5000)).unwrap();
-    client.join().unwrap();
-    let err = s.exchange(&endpoint(1, 1), in_ms(5000)).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ExchangeError::PeerClosed {
-                during: "read body",
-                got: 8,
-                needed: 48
-            }
-        ) || err.kind().is_some(),
-        "{err}"
-    );
-}
-
-#[test]
-fn invalid_local_endpoint_is_refused_before_sending() {
-    let (l, addr) = listener();
-    let _client = TcpStream::connect(addr).unwrap();
-    let mut s = l.accept(in_ms(5000)).unwrap();
-    let mut bad = endpoint(1, 1);
-    bad.qpn = 1 << 24;
-    let err = s.exchange(&bad, in_ms(5000)).unwrap_err();
-    assert!(
-        matches!(err, ExchangeError::Encode(WireError::Inconsistent(_))),
-        "{err}"
-    );
-}
-
-#[test]
-fn flood_of_dead_connections_then_a_real_peer_is_served() {
-    let (l, addr) = listener();
-    for _ in 0..50 {
-        drop(TcpStream::connect(addr).unwrap());
-    }
-    let client = thread::spawn(move || {
-        let mut c = connect(addr, in_ms(10_000)).unwrap();
-        c.exchange(&endpoint(0x77, 2), in_ms(10_000)).unwrap()
-    });
-    let deadline = in_ms(10_000);
-    let mut failures = 0;
-    let got = loop {
-        let mut s = l.accept(deadline).expect("listener stays usable");
-        let per_peer = (Instant::now() + Duration::from_millis(500)).min(deadline);
-        match s.exchange(&endpoint(0x88, 1), per_peer) {
-            Ok(ep) => break ep,
-            Err(e) => {
-                assert!(!e.is_timeout(), "a dead peer should fail fast: {e}");
-                failures += 1;
-            }
-        }
+fn tutorial_wire_interoperates_both_ways_byte_exactly() {
+    let info = |qpn| {
+        let mut ep = endpoint(qpn, 1);
+        ep.psn = 0;
+        ConnInfo::from_endpoint(&ep).unwrap()
     };
-    assert_eq!(got, endpoint(0x77, 2));
-    assert_eq!(failures, 50);
-    assert_eq!(client.join().unwrap(), endpoint(0x88, 1));
-}
+    let (ours, theirs) = (info(0x55), info(0x66));
 
-#[test]
-fn connect_to_nobody_fails_within_deadline() {
-    // Reserve a port, then free it so nobody listens there.
-    let addr = listener().1;
-    let deadline = in_ms(300);
-    let err = connect(addr, deadline).unwrap_err();
-    assert_eq!(
-        err.kind(),
-        Some(std::io::ErrorKind::ConnectionRefused),
-        "{err}"
-    );
-    assert!(err.raw_os_error().is_some());
-    assert_at_deadline(deadline);
+    // Our server against what the primer's client.c does: read 36, write 36.
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let c_client = thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        let mut got = [0u8; CONN_INFO_LEN];
+        s.read_exact(&mut got).unwrap();
+        s.write_all(&theirs.to_bytes()).unwrap();
+        got
+    });
+    let mut session = listener.accept(ms(5000)).unwrap();
+    let got = session
+        .exchange_tutorial(&ours, TutorialSide::Server, ms(5000))
+        .unwrap();
+    assert_eq!(got, theirs);
+    assert_eq!(c_client.join().unwrap(), ours.to_bytes());
+
+    // Our client against what the primer's server.c does: write 36, read 36.
+    let c_server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = c_server.local_addr().unwrap();
+    let c_server = thread::spawn(move || {
+        let (mut s, _) = c_server.accept().unwrap();
+        s.write_all(&theirs.to_bytes()).unwrap();
+        let mut got = [0u8; CONN_INFO_LEN];
+        s.read_exact(&mut got).unwrap();
+        got
+    });
+    let mut session = connect(addr, ms(5000)).unwrap();
+    let got = session
+        .exchange_tutorial(&ours, TutorialSide::Client, ms(5000))
+        .unwrap();
+    assert_eq!(got, theirs);
+    assert_eq!(c_server.join().unwrap(), ours.to_bytes());
 }
 
 #[test]
 fn client_may_start_before_the_server() {
-    let addr = listener().1;
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let client = thread::spawn(move || {
-        let mut c = connect(addr, in_ms(5000)).unwrap();
-        c.exchange(&endpoint(0x99, 1), in_ms(5000)).unwrap()
+        connect_and_exchange(addr, &endpoint(0x99, 1), None, ms(5000)).unwrap()
     });
     // Deliberately late, so the client is refused at least once first.
     thread::sleep(Duration::from_millis(150));
-    let l = Listener::bind(addr).unwrap();
-    let mut s = l.accept(in_ms(5000)).unwrap();
-    assert_eq!(
-        s.exchange(&endpoint(0xaa, 1), in_ms(5000)).unwrap(),
-        endpoint(0x99, 1)
+    let listener = Listener::bind(addr).unwrap();
+    let session = listener.accept(ms(5000)).unwrap();
+    let hs = session.read_hello(None, ms(5000)).unwrap();
+    assert_eq!(hs.peer_endpoint(), &endpoint(0x99, 1));
+    assert_eq!(hs.peer_addr().map(|a| a.ip()), Some(addr.ip()));
+    let _session = hs.reply(&server_endpoint()).unwrap();
+    let (_, theirs) = client.join().unwrap();
+    assert_eq!(theirs, server_endpoint());
+}
+
+#[test]
+fn a_client_without_the_token_gets_nothing() {
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    for (presented, hello) in [(true, Some(Token::new(b"guess").unwrap())), (false, None)] {
+        let client = thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(&hello_bytes(2, hello)).unwrap();
+            received_until_closed(&mut s)
+        });
+        let err = listener
+            .accept(ms(5000))
+            .unwrap()
+            .read_hello(Some(&token()), ms(5000))
+            .unwrap_err();
+        assert!(
+            matches!(err, ExchangeError::BadToken { presented: p } if p == presented),
+            "{err}"
+        );
+        assert_eq!(client.join().unwrap(), 0, "a refused client was sent bytes");
+    }
+    let client = thread::spawn(move || connect_and_exchange(addr, &endpoint(2, 1), None, ms(5000)));
+    drop(
+        listener
+            .accept(ms(5000))
+            .unwrap()
+            .read_hello(Some(&token()), ms(5000)),
     );
-    assert_eq!(client.join().unwrap(), endpoint(0xaa, 1));
+    assert!(matches!(
+        client.join().unwrap(),
+        Err(ExchangeError::NoReply)
+    ));
+}
+
+#[test]
+fn deadlines_bound_both_ends() {
+    // Nobody listening: the last refusal, at the deadline.
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let start = Instant::now();
+    let err = connect(addr, ms(300)).unwrap_err();
+    assert_eq!(err.kind(), Some(io::ErrorKind::ConnectionRefused), "{err}");
+    assert_ended_at(start, Duration::from_millis(300));
+
+    // A server that accepts and never answers.
+    let mute = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = mute.local_addr().unwrap();
+    let start = Instant::now();
+    let err = connect_and_exchange(addr, &endpoint(2, 1), None, ms(400)).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ExchangeError::TimedOut {
+                during: "read reply header"
+            }
+        ),
+        "{err}"
+    );
+    assert_ended_at(start, Duration::from_millis(400));
+}
+
+#[test]
+fn client_refuses_a_server_that_answers_with_a_hello() {
+    let fake = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = fake.local_addr().unwrap();
+    let server = thread::spawn(move || {
+        let (mut s, _) = fake.accept().unwrap();
+        s.write_all(&hello_bytes(3, None)).unwrap();
+        received_until_closed(&mut s)
+    });
+    let err = connect_and_exchange(addr, &endpoint(2, 1), None, ms(5000)).unwrap_err();
+    assert!(
+        err.to_string().contains("a hello where a reply was due"),
+        "{err}"
+    );
+    server.join().unwrap();
+}
+
+/// A stand-in for a TLS stream: the session sees only Read + Write and
+/// bounds its calls through the socket underneath.
+struct Layered(TcpStream);
+
+impl Read for Layered {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+impl Write for Layered {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl Timeouts for Layered {
+    fn limit_reads(&mut self, limit: Option<Duration>) -> io::Result<()> {
+        self.0.set_read_timeout(limit)
+    }
+    fn limit_writes(&mut self, limit: Option<Duration>) -> io::Result<()> {
+        self.0.set_write_timeout(limit)
+    }
+}
+
+#[test]
+fn session_over_a_layered_stream() {
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client = thread::spawn(move || {
+        let mut session = Session::new(Layered(TcpStream::connect(addr).unwrap()));
+        let mut theirs = Vec::new();
+        for qpn in [0x21, 0x22] {
+            let ours = endpoint(qpn, 3);
+            theirs.push(
+                session
+                    .client_exchange(&ours, Some(&token()), ms(5000))
+                    .unwrap(),
+            );
+        }
+        session.sync(ms(5000)).unwrap();
+        // The server now stays silent: our deadline still holds.
+        let start = Instant::now();
+        let err = session.sync(ms(300)).unwrap_err();
+        assert!(err.is_timeout(), "{err}");
+        assert_ended_at(start, Duration::from_millis(300));
+        theirs
+    });
+    let stream = listener.accept(ms(5000)).unwrap().into_stream();
+    let hs = Session::new(Layered(stream))
+        .read_hello(Some(&token()), ms(5000))
+        .unwrap();
+    assert_eq!(hs.peer_endpoint(), &endpoint(0x21, 3));
+    assert_eq!(hs.peer_addr(), None, "a layered session knows no address");
+    let mut session = hs.reply(&server_endpoint()).unwrap();
+    // A second endpoint on the same session, as for a second queue pair.
+    let second = session
+        .server_exchange(&endpoint(0x12, 0), Some(&token()), ms(5000))
+        .unwrap();
+    assert_eq!(second, endpoint(0x22, 3));
+    session.sync(ms(5000)).unwrap();
+    let theirs = client.join().unwrap();
+    assert_eq!(theirs, [server_endpoint(), endpoint(0x12, 0)]);
 }
 
 #[test]
 fn sync_rejects_a_wrong_byte() {
-    let (l, addr) = listener();
-    let client = thread::spawn(move || {
+    let listener = Listener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let peer = thread::spawn(move || {
         let mut s = TcpStream::connect(addr).unwrap();
         s.write_all(b"X").unwrap();
-        let mut b = [0u8; 1];
-        let _ = s.read(&mut b);
+        received_until_closed(&mut s)
     });
-    let mut s = l.accept(in_ms(5000)).unwrap();
-    let err = s.sync(in_ms(5000)).unwrap_err();
+    let mut session = listener.accept(ms(5000)).unwrap();
+    let err = session.sync(ms(5000)).unwrap_err();
     assert!(
         matches!(err, ExchangeError::Decode(WireError::Inconsistent(_))),
         "{err}"
     );
-    drop(s);
-    client.join().unwrap();
+    drop(session);
+    assert_eq!(peer.join().unwrap(), 1, "our own sync byte");
 }
 
 #[test]
 fn errors_convert_to_io_errors() {
-    let e: std::io::Error = ExchangeError::TimedOut {
-        during: "read header",
+    let e: io::Error = ExchangeError::TimedOut {
+        during: "read hello header",
     }
     .into();
-    assert_eq!(e.kind(), std::io::ErrorKind::TimedOut);
-    assert!(e.to_string().contains("read header"));
-    let e: std::io::Error = ExchangeError::Decode(WireError::BadVersion(3)).into();
-    assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+    assert!(e.to_string().contains("read hello header"));
+    let e: io::Error = ExchangeError::Decode(WireError::BadVersion(3)).into();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    let e: io::Error = ExchangeError::BadToken { presented: true }.into();
+    assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
 }

@@ -1,4 +1,5 @@
-//! Mutation fuzzing of the endpoint wire decoder, plus explicit cases.
+//! Mutation fuzzing of the endpoint wire decoder (explicit cases, one per
+//! rule, are the unit tests in `src/wire/tests.rs`).
 //!
 //! The decoder faces bytes from any process that can open a TCP
 //! connection, so it must never panic and never accept a message that is
@@ -13,8 +14,8 @@ use verbs::endpoint::{Endpoint, Mtu, RemoteRegion, MAX_REGIONS};
 use verbs::gid::Gid;
 use verbs::wire::tutorial::{ConnInfo, CONN_INFO_LEN};
 use verbs::wire::{
-    self, body_len_for, decode, encode, parse_header, WireError, HEADER_LEN, MAX_BODY_LEN,
-    MAX_MESSAGE_LEN,
+    self, body_len_for, check_prefix, decode, encode, parse_header, Kind, Message, Token,
+    WireError, HEADER_LEN, MAX_BODY_LEN, MAX_MESSAGE_LEN, MAX_TOKEN_LEN,
 };
 
 /// splitmix64: tiny, fast, good enough to spread mutations.
@@ -81,7 +82,7 @@ fn random_endpoint(rng: &mut Rng) -> Endpoint {
         *b = rng.next() as u8;
     }
     let ep = Endpoint {
-        qpn: (rng.next() as u32) & 0x00ff_ffff,
+        qpn: ((rng.next() as u32) & 0x00ff_ffff).max(2),
         psn: (rng.next() as u32) & 0x00ff_ffff,
         lid: rng.next() as u16,
         gid: Gid::from_raw(gid),
@@ -90,6 +91,24 @@ fn random_endpoint(rng: &mut Rng) -> Endpoint {
     };
     ep.validate().expect("generator makes valid endpoints");
     ep
+}
+
+/// A random valid message: a hello with or without a token, or a reply.
+fn random_message(rng: &mut Rng) -> Message {
+    let endpoint = random_endpoint(rng);
+    if rng.chance(3) {
+        return Message::reply(endpoint);
+    }
+    let token = match rng.below(4) {
+        0 => None,
+        1 => Some(MAX_TOKEN_LEN),
+        _ => Some(1 + rng.below(32)),
+    }
+    .map(|len| {
+        let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+        Token::new(&bytes).unwrap()
+    });
+    Message::hello(endpoint, token)
 }
 
 fn put_u16(buf: &mut [u8], at: usize, v: u16) {
@@ -114,6 +133,11 @@ fn get_u32(buf: &[u8], at: usize) -> u32 {
         .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
+/// Where the endpoint starts: after the header and the token it announces.
+fn fields_at(buf: &[u8]) -> usize {
+    HEADER_LEN + usize::from(buf.get(7).copied().unwrap_or(0))
+}
+
 /// Interesting values for length and count fields.
 fn edge_u32(rng: &mut Rng, current: u32) -> u32 {
     match rng.below(8) {
@@ -122,7 +146,7 @@ fn edge_u32(rng: &mut Rng, current: u32) -> u32 {
         2 => current.wrapping_add(1 + rng.below(40) as u32),
         3 => current.wrapping_sub(1 + rng.below(40) as u32),
         4 => MAX_BODY_LEN as u32 + rng.below(3) as u32,
-        5 => body_len_for(rng.below(MAX_REGIONS + 3)) as u32,
+        5 => body_len_for(rng.below(MAX_TOKEN_LEN + 2), rng.below(MAX_REGIONS + 3)) as u32,
         6 => 1 << rng.below(32),
         _ => rng.next() as u32,
     }
@@ -131,7 +155,7 @@ fn edge_u32(rng: &mut Rng, current: u32) -> u32 {
 /// One mutation; several may be stacked per message.
 fn mutate(rng: &mut Rng, buf: &mut Vec<u8>) {
     let len = buf.len();
-    match rng.below(12) {
+    match rng.below(13) {
         // Bit flip.
         0 | 1 if len > 0 => {
             let i = rng.below(len);
@@ -152,61 +176,88 @@ fn mutate(rng: &mut Rng, buf: &mut Vec<u8>) {
         }
         // Body length field edit.
         5 => {
-            let v = edge_u32(rng, get_u32(buf, 8));
-            put_u32(buf, 8, v);
+            let v = edge_u32(rng, get_u32(buf, 10));
+            put_u32(buf, 10, v);
         }
         // Region count field edit.
         6 => {
-            let cur = u32::from(get_u16(buf, 6));
+            let cur = u32::from(get_u16(buf, 8));
             let v = match rng.below(3) {
                 0 => edge_u32(rng, cur) as u16,
                 1 => (MAX_REGIONS + rng.below(3)) as u16,
                 _ => cur.wrapping_add(1) as u16,
             };
-            put_u16(buf, 6, v);
+            put_u16(buf, 8, v);
         }
         // Consistent count + length + size edit: reaches the body checks
         // with region counts the base did not have.
-        7 => {
+        7 if len >= HEADER_LEN => {
             let count = rng.below(MAX_REGIONS + 1);
-            let body = body_len_for(count);
-            put_u16(buf, 6, count as u16);
-            put_u32(buf, 8, body as u32);
+            let body = body_len_for(usize::from(buf[7]), count);
+            put_u16(buf, 8, count as u16);
+            put_u32(buf, 10, body as u32);
             let target = HEADER_LEN + body;
             while buf.len() < target {
                 buf.push(rng.next() as u8);
             }
             buf.truncate(target);
         }
-        // Magic or version edit.
-        8 => {
+        // Magic, version or kind edit.
+        8 => match rng.below(3) {
+            0 => put_u16(buf, 4, [0, 1, 3, 0xffff, 0x0200][rng.below(5)]),
+            1 if len > 3 => buf[rng.below(4)] = rng.next() as u8,
+            _ if len > 6 => buf[6] = [0, 1, 2, 3, 0xff][rng.below(5)],
+            _ => {}
+        },
+        // Token length edit, half the time with the body resized to match.
+        9 if len >= HEADER_LEN => {
+            let old = usize::from(buf[7]);
+            let new = [
+                0,
+                1,
+                MAX_TOKEN_LEN,
+                MAX_TOKEN_LEN + 1,
+                0xff,
+                old + 1,
+                old.saturating_sub(1),
+            ][rng.below(7)]
+            .min(0xff);
+            buf[7] = new as u8;
             if rng.chance(2) {
-                put_u16(buf, 4, [0, 2, 0xffff, 0x0100][rng.below(4)]);
-            } else if len > 3 {
-                buf[rng.below(4)] = rng.next() as u8;
+                let count = usize::from(get_u16(buf, 8));
+                put_u32(buf, 10, body_len_for(new, count) as u32);
+                if new > old {
+                    let fill: Vec<u8> = (old..new).map(|_| rng.next() as u8).collect();
+                    let at = (HEADER_LEN + old).min(buf.len());
+                    buf.splice(at..at, fill);
+                } else {
+                    let end = (HEADER_LEN + old).min(buf.len());
+                    buf.drain((HEADER_LEN + new).min(end)..end);
+                }
             }
         }
-        // qpn/psn around the 24-bit limit, mtu code.
-        9 => {
-            let at = [12, 16, 22][rng.below(3)];
-            if at == 22 {
-                put_u16(
+        // qpn/psn around the limits (0, 1 reserved; 24 bits), mtu code.
+        10 => {
+            let base = fields_at(buf);
+            match rng.below(3) {
+                0 => put_u32(buf, base, [0, 1, 2, 0xff_ffff, 0x100_0000][rng.below(5)]),
+                1 => put_u32(
                     buf,
-                    22,
+                    base + 4,
+                    [0xff_ffff, 0x100_0000, u32::MAX][rng.below(3)],
+                ),
+                _ => put_u16(
+                    buf,
+                    base + 10,
                     [0, 1, 5, 6, 0xffff, rng.next() as u16][rng.below(6)],
-                );
-            } else if rng.chance(2) {
-                let v = [0xff_ffff, 0x100_0000, u32::MAX, 1 << rng.below(32)][rng.below(4)];
-                put_u32(buf, at, v);
-            } else if let Some(b) = buf.get_mut(at) {
-                *b = rng.next() as u8;
+                ),
             }
         }
         // Region length near overflow.
-        10 => {
-            let count = usize::from(get_u16(buf, 6));
+        11 => {
+            let count = usize::from(get_u16(buf, 8));
             if count > 0 {
-                let at = 40 + 20 * rng.below(count) + 8;
+                let at = fields_at(buf) + 28 + 20 * rng.below(count) + 8;
                 if let Some(dst) = buf.get_mut(at..at + 8) {
                     dst.copy_from_slice(&(u64::MAX - rng.next() % 4).to_be_bytes());
                 }
@@ -224,11 +275,12 @@ fn mutate(rng: &mut Rng, buf: &mut Vec<u8>) {
     }
 }
 
-/// The spec's field rules, restated independently of `Endpoint::validate`
+/// The spec's field rules, restated independently of `Message::validate`
 /// (which the encoder shares with the decoder, so a bug there would not
 /// show up as a round-trip failure).
-fn meets_spec(ep: &Endpoint) -> bool {
-    ep.qpn <= 0xff_ffff
+fn meets_spec(msg: &Message) -> bool {
+    let ep = &msg.endpoint;
+    (2..=0xff_ffff).contains(&ep.qpn)
         && ep.psn <= 0xff_ffff
         && (1..=5).contains(&ep.mtu.0)
         && ep.regions.len() <= 64
@@ -236,6 +288,11 @@ fn meets_spec(ep: &Endpoint) -> bool {
             .regions
             .iter()
             .all(|r| r.addr.checked_add(r.len).is_some())
+        && match (&msg.kind, &msg.token) {
+            (Kind::Reply, token) => token.is_none(),
+            (Kind::Hello, Some(t)) => (1..=64).contains(&t.as_bytes().len()),
+            (Kind::Hello, None) => true,
+        }
 }
 
 #[derive(Default, Debug)]
@@ -246,7 +303,40 @@ struct Tally {
     oversized: u64,
     bad_magic: u64,
     bad_version: u64,
+    bad_kind: u64,
+    reserved_qpn: u64,
     inconsistent: u64,
+}
+
+impl Tally {
+    /// Counts a refusal, checking what its fields claim.
+    fn refused(&mut self, e: WireError, buf: &[u8]) {
+        match e {
+            WireError::Truncated { needed, got } => {
+                assert!(got < needed && got == buf.len());
+                self.truncated += 1;
+            }
+            WireError::Oversized { claimed, max } => {
+                assert!(claimed > max && max == MAX_BODY_LEN);
+                self.oversized += 1;
+            }
+            WireError::BadMagic(_) => self.bad_magic += 1,
+            WireError::BadVersion(v) => {
+                assert_ne!(v, wire::VERSION);
+                self.bad_version += 1;
+            }
+            WireError::BadKind(k) => {
+                assert!(k != 1 && k != 2);
+                self.bad_kind += 1;
+            }
+            WireError::ReservedQpn(q) => {
+                assert!(q < 2);
+                self.reserved_qpn += 1;
+            }
+            WireError::Inconsistent(_) => self.inconsistent += 1,
+            other => panic!("decode returned an encoder-only error: {other:?}"),
+        }
+    }
 }
 
 #[test]
@@ -256,14 +346,15 @@ fn mutated_messages_never_panic_and_never_decode_inconsistently() {
     let mut rng = Rng(seed);
     let mut tally = Tally::default();
     let mut base = Vec::new();
-    let mut buf = Vec::with_capacity(MAX_MESSAGE_LEN + 64);
+    let mut buf = Vec::with_capacity(MAX_MESSAGE_LEN + 300);
     let mut reencoded = vec![0u8; MAX_MESSAGE_LEN];
     let started = Instant::now();
 
     for iter in 0..iterations {
         if iter % 256 == 0 {
-            base = encode(&random_endpoint(&mut rng)).unwrap();
-            assert_eq!(decode(&base).unwrap(), decode(&base).unwrap());
+            let msg = random_message(&mut rng);
+            base = encode(&msg).unwrap();
+            assert_eq!(decode(&base).unwrap(), msg);
         }
         buf.clear();
         buf.extend_from_slice(&base);
@@ -271,41 +362,32 @@ fn mutated_messages_never_panic_and_never_decode_inconsistently() {
             mutate(&mut rng, &mut buf);
         }
         match decode(&buf) {
-            Ok(ep) => {
+            Ok(msg) => {
                 tally.accepted += 1;
                 if buf != base {
                     tally.accepted_changed += 1;
                 }
                 let ctx = || format!("seed {seed:#x} iter {iter}: accepted {buf:02x?}");
-                assert!(ep.validate().is_ok(), "{}", ctx());
-                assert!(meets_spec(&ep), "{}", ctx());
-                let n = wire::encode_into(&ep, &mut reencoded)
+                assert!(msg.validate().is_ok(), "{}", ctx());
+                assert!(meets_spec(&msg), "{}", ctx());
+                let n = wire::encode_into(&msg, &mut reencoded)
                     .unwrap_or_else(|e| panic!("{e}: {}", ctx()));
                 assert_eq!(&reencoded[..n], &buf[..], "not canonical: {}", ctx());
-                assert_eq!(parse_header(&buf), Ok(buf.len() - HEADER_LEN), "{}", ctx());
+                let header = parse_header(&buf).unwrap();
+                assert_eq!(header.body_len, buf.len() - HEADER_LEN, "{}", ctx());
+                assert_eq!(check_prefix(&buf), Ok(()), "{}", ctx());
             }
             Err(e) => {
-                match e {
-                    WireError::Truncated { needed, got } => {
-                        assert!(got < needed && got == buf.len());
-                        tally.truncated += 1;
-                    }
-                    WireError::Oversized { claimed, max } => {
-                        assert!(claimed > max && max == MAX_BODY_LEN);
-                        tally.oversized += 1;
-                    }
-                    WireError::BadMagic(_) => tally.bad_magic += 1,
-                    WireError::BadVersion(v) => {
-                        assert_ne!(v, wire::VERSION);
-                        tally.bad_version += 1;
-                    }
-                    WireError::Inconsistent(_) => tally.inconsistent += 1,
-                    other => panic!("decode returned an encoder-only error: {other:?}"),
+                // A prefix check never refuses what decode would accept,
+                // and refuses a bad magic, version or kind as decode does.
+                if let Err(early) = check_prefix(&buf) {
+                    assert_eq!(early, e, "check_prefix and decode disagree on {buf:02x?}");
                 }
                 // Display must work for every error (cheap enough to sample).
                 if iter % 64 == 0 {
                     assert!(!e.to_string().is_empty());
                 }
+                tally.refused(e, &buf);
             }
         }
     }
@@ -323,6 +405,8 @@ fn mutated_messages_never_panic_and_never_decode_inconsistently() {
         assert!(tally.oversized > 1000, "{tally:?}");
         assert!(tally.bad_magic > 1000, "{tally:?}");
         assert!(tally.bad_version > 1000, "{tally:?}");
+        assert!(tally.bad_kind > 1000, "{tally:?}");
+        assert!(tally.reserved_qpn > 1000, "{tally:?}");
         assert!(tally.inconsistent > 1000, "{tally:?}");
     }
 }
@@ -335,19 +419,28 @@ fn random_bytes_never_panic() {
     let mut buf = Vec::new();
     for _ in 0..100_000 {
         buf.clear();
-        let len = rng.below(80);
+        let len = rng.below(120);
         for _ in 0..len {
             buf.push(rng.next() as u8);
         }
         if rng.chance(2) && buf.len() >= HEADER_LEN {
-            let count = (len.saturating_sub(HEADER_LEN + 28)) / 20;
+            let kind = 1 + rng.below(2) as u8;
+            let room = len.saturating_sub(HEADER_LEN + 28);
+            let token = if kind == 1 {
+                rng.below(room.min(64) + 1)
+            } else {
+                0
+            };
+            let count = (room - token) / 20;
             buf[..4].copy_from_slice(b"VRBS");
-            buf[4..6].copy_from_slice(&1u16.to_be_bytes());
-            buf[6..8].copy_from_slice(&(count as u16).to_be_bytes());
-            buf[8..12].copy_from_slice(&(body_len_for(count) as u32).to_be_bytes());
+            buf[4..6].copy_from_slice(&wire::VERSION.to_be_bytes());
+            buf[6] = kind;
+            buf[7] = token as u8;
+            buf[8..10].copy_from_slice(&(count as u16).to_be_bytes());
+            buf[10..14].copy_from_slice(&(body_len_for(token, count) as u32).to_be_bytes());
         }
-        if let Ok(ep) = decode(&buf) {
-            assert_eq!(encode(&ep).unwrap(), buf);
+        if let Ok(msg) = decode(&buf) {
+            assert_eq!(encode(&msg).unwrap(), buf);
         }
         let _ = parse_header(&buf);
         if let Ok(ci) = ConnInfo::decode(&buf) {
@@ -368,7 +461,8 @@ fn tutorial_conversion_is_consistent() {
             *b = rng.next() as u8;
         }
         if rng.chance(2) {
-            bytes[0..4].copy_from_slice(&((rng.next() as u32) & 0xff_ffff).to_ne_bytes());
+            let qpn = [0, 1, (rng.next() as u32) & 0xff_ffff][rng.below(3)];
+            bytes[0..4].copy_from_slice(&qpn.to_ne_bytes());
             bytes[4..8].copy_from_slice(&u32::from(rng.next() as u16).to_ne_bytes());
         }
         let ci = ConnInfo::from_bytes(&bytes);
@@ -376,153 +470,13 @@ fn tutorial_conversion_is_consistent() {
         let len = if rng.chance(2) { 4096 } else { rng.next() };
         match ci.to_endpoint(len) {
             Ok(ep) => {
-                assert!(ep.validate().is_ok());
+                assert!(ep.validate().is_ok() && ep.qpn >= 2);
                 assert_eq!(ConnInfo::from_endpoint(&ep), Ok(ci));
-                assert_eq!(decode(&encode(&ep).unwrap()).unwrap(), ep);
+                let reply = Message::reply(ep);
+                assert_eq!(decode(&encode(&reply).unwrap()).unwrap(), reply);
             }
-            Err(e) => assert!(matches!(e, WireError::Inconsistent(_))),
+            Err(WireError::ReservedQpn(qpn)) => assert!(qpn < 2 && ci.qpn == qpn),
+            Err(e) => assert!(matches!(e, WireError::Inconsistent(_)), "{e}"),
         }
     }
-}
-
-fn sample() -> Endpoint {
-    Endpoint {
-        qpn: 0x12_3456,
-        psn: 0xab_cdef,
-        lid: 7,
-        gid: Gid::from_ipv4([10, 0, 0, 2]),
-        mtu: Mtu::MTU_1024,
-        regions: vec![
-            RemoteRegion {
-                addr: 0x1000,
-                len: 0x2000,
-                rkey: 1,
-            },
-            RemoteRegion {
-                addr: 0x9000,
-                len: 0x10,
-                rkey: 2,
-            },
-        ],
-    }
-}
-
-#[test]
-fn round_trip_edges() {
-    let mut ep = sample();
-    assert_eq!(decode(&encode(&ep).unwrap()).unwrap(), ep);
-    ep.regions.clear();
-    assert_eq!(encode(&ep).unwrap().len(), HEADER_LEN + 28);
-    assert_eq!(decode(&encode(&ep).unwrap()).unwrap(), ep);
-    ep.qpn = 0xff_ffff;
-    ep.psn = 0xff_ffff;
-    ep.lid = u16::MAX;
-    ep.gid = Gid::from_raw([0xff; 16]);
-    ep.mtu = Mtu::MTU_4096;
-    ep.regions = vec![
-        RemoteRegion {
-            addr: u64::MAX,
-            len: 0,
-            rkey: u32::MAX
-        };
-        MAX_REGIONS
-    ];
-    let bytes = encode(&ep).unwrap();
-    assert_eq!(bytes.len(), MAX_MESSAGE_LEN);
-    assert_eq!(decode(&bytes).unwrap(), ep);
-}
-
-#[test]
-fn truncated_at_every_length() {
-    let bytes = encode(&sample()).unwrap();
-    for cut in 0..bytes.len() {
-        let needed = if cut < HEADER_LEN {
-            HEADER_LEN
-        } else {
-            bytes.len()
-        };
-        assert_eq!(
-            decode(&bytes[..cut]),
-            Err(WireError::Truncated { needed, got: cut }),
-            "cut at {cut}"
-        );
-    }
-    assert_eq!(
-        parse_header(&bytes[..HEADER_LEN - 1]),
-        Err(WireError::Truncated {
-            needed: HEADER_LEN,
-            got: HEADER_LEN - 1
-        })
-    );
-}
-
-#[test]
-fn oversized_claims_are_refused_from_the_header_alone() {
-    let mut header = encode(&sample()).unwrap()[..HEADER_LEN].to_vec();
-    for claim in [MAX_BODY_LEN as u32 + 1, 1 << 20, u32::MAX] {
-        header[8..12].copy_from_slice(&claim.to_be_bytes());
-        let want = WireError::Oversized {
-            claimed: claim as usize,
-            max: MAX_BODY_LEN,
-        };
-        assert_eq!(parse_header(&header), Err(want));
-        assert_eq!(decode(&header), Err(want));
-    }
-    header[6..8].copy_from_slice(&(MAX_REGIONS as u16 + 1).to_be_bytes());
-    header[8..12].copy_from_slice(&(MAX_BODY_LEN as u32).to_be_bytes());
-    assert!(matches!(
-        parse_header(&header),
-        Err(WireError::Inconsistent(_))
-    ));
-}
-
-#[test]
-fn wrong_magic_and_version() {
-    let good = encode(&sample()).unwrap();
-    let mut bad = good.clone();
-    bad[..4].copy_from_slice(b"GET ");
-    assert_eq!(decode(&bad), Err(WireError::BadMagic(0x4745_5420)));
-    let msg = WireError::BadMagic(0x4745_5420).to_string();
-    assert!(
-        msg.contains("0x47455420") && msg.contains("0x56524253"),
-        "{msg}"
-    );
-    let mut bad = good.clone();
-    bad[4..6].copy_from_slice(&2u16.to_be_bytes());
-    assert_eq!(decode(&bad), Err(WireError::BadVersion(2)));
-    assert!(WireError::BadVersion(2).to_string().contains("expected 1"));
-    // The primer's raw conn_info is not our format.
-    let tutorial = ConnInfo::default().to_bytes();
-    assert!(matches!(decode(&tutorial), Err(WireError::BadMagic(0))));
-}
-
-#[test]
-fn inconsistent_fields() {
-    let good = encode(&sample()).unwrap();
-    let edit = |f: &dyn Fn(&mut Vec<u8>)| {
-        let mut b = good.clone();
-        f(&mut b);
-        decode(&b)
-    };
-    let inconsistent =
-        |r: Result<Endpoint, WireError>| matches!(r, Err(WireError::Inconsistent(_)));
-    assert!(inconsistent(edit(&|b| b.push(0))), "trailing byte");
-    assert!(
-        inconsistent(edit(&|b| b[7] = 1)),
-        "count says 1, length says 2"
-    );
-    assert!(inconsistent(edit(&|b| b[11] += 1)), "length off by one");
-    assert!(inconsistent(edit(&|b| b[12] = 1)), "qpn > 24 bits");
-    assert!(inconsistent(edit(&|b| b[16] = 0x80)), "psn > 24 bits");
-    for code in [0u8, 6, 0xff] {
-        assert!(inconsistent(edit(&|b| b[23] = code)), "mtu code {code}");
-    }
-    assert!(
-        inconsistent(edit(&|b| b[48..56].copy_from_slice(&u64::MAX.to_be_bytes()))),
-        "region overflow"
-    );
-    let mut ep = sample();
-    ep.qpn = 1 << 24;
-    assert!(matches!(encode(&ep), Err(WireError::Inconsistent(_))));
-    assert!(WireError::Inconsistent("x").to_string().contains("x"));
 }

@@ -24,10 +24,21 @@
 //! and the region length, the PSN and the MTU are not sent at all (the
 //! primer hard-codes PSN 0 and `IBV_MTU_1024`). Prefer [`crate::wire`]'s
 //! own format for anything but interoperating with the primer.
+//!
+//! # Unauthenticated
+//!
+//! The primer's server writes its `conn_info` first, before reading a
+//! byte, and the format has no room for a token: **anyone who connects
+//! learns the server's buffer address and `rkey`**, which is a
+//! capability to read and write that memory over RDMA. Serve it only on a
+//! network where every host may touch that buffer, and only while
+//! interoperating with the primer. The byte order of the exchange (server
+//! writes, then reads; client reads, then writes) is kept exactly, since
+//! the C programs block on it.
 
 use alloc::vec;
 
-use super::WireError;
+use super::{WireError, MIN_PEER_QPN};
 use crate::endpoint::{Endpoint, Mtu, RemoteRegion, MAX_QPN};
 use crate::gid::Gid;
 
@@ -104,12 +115,15 @@ impl ConnInfo {
     }
 
     /// The primer's view of `ep`. Refuses what the format cannot say:
-    /// `ep` must be valid, have PSN 0 and MTU 1024 (the primer's
-    /// hard-coded values, which its peer will assume), and share exactly
-    /// one region — whose length is dropped, as the format has no field
-    /// for it.
+    /// `ep` must be valid with a QPN of at least [`MIN_PEER_QPN`], have
+    /// PSN 0 and MTU 1024 (the primer's hard-coded values, which its peer
+    /// will assume), and share exactly one region — whose length is
+    /// dropped, as the format has no field for it.
     pub fn from_endpoint(ep: &Endpoint) -> Result<Self, WireError> {
         ep.validate()?;
+        if ep.qpn < MIN_PEER_QPN {
+            return Err(WireError::ReservedQpn(ep.qpn));
+        }
         if ep.psn != 0 {
             return Err(WireError::Inconsistent(
                 "the tutorial format implies psn 0 (primer hard-codes it)",
@@ -139,13 +153,16 @@ impl ConnInfo {
     /// `region_len` bytes at `addr` — the length is not on the wire, so
     /// the caller supplies what it knows out of band
     /// ([`TUTORIAL_BUF_SIZE`] for the primer). Fails when the QPN is wider
-    /// than 24 bits, the LID wider than 16, or `addr + region_len`
-    /// overflows.
+    /// than 24 bits or is 0 or 1 (no RC peer has those), the LID is wider
+    /// than 16 bits, or `addr + region_len` overflows.
     pub fn to_endpoint(&self, region_len: u64) -> Result<Endpoint, WireError> {
         if self.qpn > MAX_QPN {
             return Err(WireError::Inconsistent(
                 "qpn wider than 24 bits (max 0xffffff)",
             ));
+        }
+        if self.qpn < MIN_PEER_QPN {
+            return Err(WireError::ReservedQpn(self.qpn));
         }
         let lid = u16::try_from(self.lid)
             .map_err(|_| WireError::Inconsistent("lid wider than 16 bits (max 0xffff)"))?;
@@ -212,22 +229,33 @@ mod tests {
 
     #[test]
     fn refusals() {
-        let ci = ConnInfo {
-            qpn: 1 << 24,
+        let valid = ConnInfo {
+            qpn: 2,
             ..ConnInfo::default()
         };
+        let ci = ConnInfo {
+            qpn: 1 << 24,
+            ..valid
+        };
         assert!(ci.to_endpoint(1).is_err());
+        for qpn in [0, 1] {
+            let ci = ConnInfo { qpn, ..valid };
+            assert_eq!(ci.to_endpoint(1), Err(WireError::ReservedQpn(qpn)));
+        }
         let ci = ConnInfo {
             lid: 1 << 16,
-            ..ConnInfo::default()
+            ..valid
         };
         assert!(ci.to_endpoint(1).is_err());
         let ci = ConnInfo {
             addr: u64::MAX,
-            ..ConnInfo::default()
+            ..valid
         };
         assert!(ci.to_endpoint(1).is_err());
-        let mut ep = ConnInfo::default().to_endpoint(8).unwrap();
+        let mut ep = valid.to_endpoint(8).unwrap();
+        ep.qpn = 1;
+        assert_eq!(ConnInfo::from_endpoint(&ep), Err(WireError::ReservedQpn(1)));
+        ep.qpn = 2;
         ep.psn = 1;
         assert!(ConnInfo::from_endpoint(&ep).is_err());
         ep.psn = 0;

@@ -1,0 +1,55 @@
+//! Out-of-band endpoint exchange over TCP (or any stream), bounded by
+//! deadlines.
+//!
+//! RC queue pairs cannot be connected until each side knows the other's
+//! [`Endpoint`](crate::endpoint::Endpoint); this module moves those over
+//! an ordinary connection, in [`crate::wire`]'s format or (for the
+//! primer's C programs) in [`crate::wire::tutorial`]'s raw `conn_info`.
+//!
+//! # Who speaks first
+//!
+//! In this crate's format the client speaks first: its hello carries its
+//! endpoint and, if the server wants one, a [`Token`]. The server reads
+//! and validates the whole hello before revealing anything, and a client
+//! it refuses is sent nothing, so a scanner or a client without the token
+//! never learns a region's `rkey`.
+//!
+//! - Client: [`connect_and_exchange`], or [`connect`] /
+//!   [`Session::new`] then [`Session::client_exchange`].
+//! - Server: [`Session::read_hello`] reads and checks a client's hello
+//!   and returns a [`Handshake`]; [`Handshake::reply`] reveals our
+//!   endpoint. [`Session::server_exchange`] does both on a session
+//!   already in use.
+//! - The primer's format, where the server writes first and anyone who
+//!   connects learns its `rkey`: [`Listener`] and
+//!   [`Session::exchange_tutorial`].
+//!
+//! After the exchange both sides may keep the [`Session`] as a control
+//! channel ([`Session::sync`]).
+//!
+//! # Deadlines
+//!
+//! Every blocking call takes an absolute [`Deadline`](crate::time::Deadline)
+//! rather than a timeout, so a caller's whole connection setup shares one
+//! budget, and a peer that trickles one byte at a time cannot stretch
+//! it: each read or write is given only the time *remaining*, through
+//! the stream's own timeouts ([`Timeouts`]). There is no `unsafe` and no
+//! `poll(2)`: [`Listener`] polls a non-blocking socket with short sleeps.
+//!
+//! After any error a [`Session`] is in an unknown position in the byte
+//! stream: drop it. A [`Listener`] is never affected by one connection's
+//! failure.
+#![forbid(unsafe_code)]
+
+mod connect;
+mod error;
+mod handshake;
+mod session;
+mod timeouts;
+
+pub use crate::wire::Token;
+pub use connect::{connect, connect_and_exchange, Listener};
+pub use error::ExchangeError;
+pub use handshake::Handshake;
+pub use session::{Session, TutorialSide, SYNC_BYTE};
+pub use timeouts::{Timeouts, Untimed};
