@@ -35,7 +35,9 @@ pub(super) fn is_transient_accept_error(e: &io::Error) -> bool {
 /// A TCP listener taking one connection at a time, within a deadline.
 ///
 /// For the primer's format ([`Session::exchange_tutorial`]) and for
-/// callers running their own accept loop ([`Session::read_hello`]).
+/// callers running their own accept loop. A server of this crate's
+/// format that must survive hostile clients wants [`super::Server`]
+/// instead, which reads many hellos at once with bounded time each.
 #[derive(Debug)]
 pub struct Listener {
     inner: TcpListener,

@@ -6,6 +6,10 @@ use std::io;
 use crate::wire::WireError;
 
 /// Why an exchange step failed.
+///
+/// On a server every variant but [`ExchangeError::Io`] during `accept`
+/// describes one client's fault: [`super::Server`] reports those through
+/// its callback, drops the client and carries on.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum ExchangeError {
@@ -48,6 +52,12 @@ pub enum ExchangeError {
     BadToken {
         /// Whether the hello carried a token at all.
         presented: bool,
+    },
+    /// The client was dropped unserved to make room: `max_pending`
+    /// handshakes were in progress and it was the oldest.
+    Evicted {
+        /// The server's [`super::ServerConfig::max_pending`].
+        max_pending: usize,
     },
 }
 
@@ -121,6 +131,11 @@ impl fmt::Display for ExchangeError {
             ExchangeError::BadToken { presented: true } => {
                 write!(f, "endpoint exchange: client's token is wrong")
             }
+            ExchangeError::Evicted { max_pending } => write!(
+                f,
+                "endpoint exchange: client dropped unserved: {max_pending} handshakes were in \
+                 progress and it was the oldest"
+            ),
         }
     }
 }
@@ -147,6 +162,7 @@ impl From<ExchangeError> for io::Error {
             ExchangeError::Encode(_) => io::ErrorKind::InvalidInput,
             ExchangeError::Decode(_) => io::ErrorKind::InvalidData,
             ExchangeError::BadToken { .. } => io::ErrorKind::PermissionDenied,
+            ExchangeError::Evicted { .. } => io::ErrorKind::ConnectionAborted,
         };
         match e {
             ExchangeError::Io { source, .. } if source.raw_os_error().is_some() => source,

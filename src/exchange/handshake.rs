@@ -33,7 +33,8 @@ impl<S: Read + Write + Timeouts> Session<S> {
     ///
     /// On any error the session is dropped, which closes the connection:
     /// a refused client receives nothing. Without a token, the hello of
-    /// any client is accepted, token or not.
+    /// any client is accepted, token or not. [`super::Server`] runs this
+    /// for many clients at once.
     pub fn read_hello(
         mut self,
         token: Option<&Token>,

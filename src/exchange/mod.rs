@@ -16,10 +16,11 @@
 //!
 //! - Client: [`connect_and_exchange`], or [`connect`] /
 //!   [`Session::new`] then [`Session::client_exchange`].
-//! - Server: [`Session::read_hello`] reads and checks a client's hello
-//!   and returns a [`Handshake`]; [`Handshake::reply`] reveals our
-//!   endpoint. [`Session::server_exchange`] does both on a session
-//!   already in use.
+//! - Server: [`Server::next_client`] reads many hellos at once, each
+//!   bounded in time, reports and drops bad clients, and returns a
+//!   [`Handshake`]; [`Handshake::reply`] reveals our endpoint. Over a
+//!   stream accepted by other means (TLS): [`Session::read_hello`], or
+//!   [`Session::server_exchange`] on a session already in use.
 //! - The primer's format, where the server writes first and anyone who
 //!   connects learns its `rkey`: [`Listener`] and
 //!   [`Session::exchange_tutorial`].
@@ -34,16 +35,20 @@
 //! budget, and a peer that trickles one byte at a time cannot stretch
 //! it: each read or write is given only the time *remaining*, through
 //! the stream's own timeouts ([`Timeouts`]). There is no `unsafe` and no
-//! `poll(2)`: [`Listener`] polls a non-blocking socket with short sleeps.
+//! `poll(2)`: [`Listener`] polls a non-blocking socket with short sleeps,
+//! and [`Server`] blocks in `accept` on a thread of its own and reads
+//! each hello on a short-lived thread.
 //!
 //! After any error a [`Session`] is in an unknown position in the byte
-//! stream: drop it. A [`Listener`] is never affected by one connection's
-//! failure.
+//! stream: drop it. A [`Listener`] or [`Server`] is never affected by one
+//! connection's failure.
 #![forbid(unsafe_code)]
 
+mod acceptor;
 mod connect;
 mod error;
 mod handshake;
+mod server;
 mod session;
 mod timeouts;
 
@@ -51,5 +56,6 @@ pub use crate::wire::Token;
 pub use connect::{connect, connect_and_exchange, Listener};
 pub use error::ExchangeError;
 pub use handshake::Handshake;
+pub use server::{Server, ServerConfig};
 pub use session::{Session, TutorialSide, SYNC_BYTE};
 pub use timeouts::{Timeouts, Untimed};
