@@ -1,0 +1,76 @@
+//! The C library's return conventions, converted in one place.
+//!
+//! - errno-returning calls (post, modify, query, destroy): 0 or an errno
+//!   value (some providers return -1 and set `errno`);
+//! - NULL-plus-errno calls (create, alloc, reg, open): a pointer or NULL;
+//! - count calls (poll, query_gid_table): a count or a negative value.
+
+use core::ptr::NonNull;
+
+use crate::error::{Error, Site};
+
+/// The calling thread's `errno`.
+pub(crate) fn errno() -> i32 {
+    // SAFETY: __errno_location returns a valid pointer to this thread's
+    // errno for the whole life of the thread (glibc, musl).
+    unsafe { *libc::__errno_location() }
+}
+
+/// A call that returns 0 on success or an errno value.
+#[inline]
+pub(crate) fn check_rc(site: &'static Site, rc: core::ffi::c_int) -> Result<(), Error> {
+    match rc {
+        0 => Ok(()),
+        rc => Err(rc_error(site, rc)),
+    }
+}
+
+#[cold]
+fn rc_error(site: &'static Site, rc: core::ffi::c_int) -> Error {
+    match rc {
+        -1 => Error::os(site, errno()),
+        e if e < 0 => Error::os(site, e.saturating_neg()),
+        e => Error::os(site, e),
+    }
+}
+
+/// A call that returns a pointer, or NULL with `errno` set.
+#[inline]
+pub(crate) fn check_ptr<T>(site: &'static Site, ptr: *mut T) -> Result<NonNull<T>, Error> {
+    NonNull::new(ptr).ok_or_else(|| {
+        let e = errno();
+        // Some failure paths return NULL without setting errno.
+        Error::os(site, if e == 0 { libc::EINVAL } else { e })
+    })
+}
+
+/// A call that returns a count, or a negative value on failure (a negative
+/// errno, or -1 with `errno` set).
+#[inline]
+pub(crate) fn check_count(site: &'static Site, n: isize) -> Result<usize, Error> {
+    if n >= 0 {
+        Ok(n as usize)
+    } else if n == -1 {
+        Err(Error::os(site, errno()))
+    } else {
+        Err(Error::os(site, n.saturating_neg().min(i32::MAX as isize) as i32))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_convention_names_the_errno() {
+        let site = crate::site!("call");
+        assert!(check_rc(site, 0).is_ok());
+        assert_eq!(check_rc(site, libc::EINVAL).unwrap_err().errno(), Some(libc::EINVAL));
+        assert_eq!(check_rc(site, -libc::EBUSY).unwrap_err().errno(), Some(libc::EBUSY));
+        assert_eq!(check_count(site, 3), Ok(3));
+        assert_eq!(check_count(site, -(libc::ENOMEM as isize)).unwrap_err().errno(), Some(libc::ENOMEM));
+        assert_eq!(check_count(site, isize::MIN).unwrap_err().errno(), Some(i32::MAX));
+        let mut x = 0u8;
+        assert!(check_ptr(site, &mut x as *mut u8).is_ok());
+    }
+}
