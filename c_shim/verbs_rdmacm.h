@@ -12,6 +12,7 @@
 struct ibv_context *verbs_shim_cm_id_verbs(struct rdma_cm_id *id);
 struct ibv_qp *verbs_shim_cm_id_qp(struct rdma_cm_id *id);
 uint8_t verbs_shim_cm_id_port(struct rdma_cm_id *id);
+void verbs_shim_cm_id_forget_qp(struct rdma_cm_id *id);
 
 /* Part 2: librdmacm exports called directly. */
 VERBS_DIRECT(struct rdma_event_channel *, rdma_create_event_channel, (void));
@@ -22,7 +23,6 @@ VERBS_DIRECT(int, rdma_bind_addr, (struct rdma_cm_id *id, struct sockaddr *addr)
 VERBS_DIRECT(int, rdma_resolve_addr, (struct rdma_cm_id *id, struct sockaddr *src_addr, struct sockaddr *dst_addr, int timeout_ms));
 VERBS_DIRECT(int, rdma_resolve_route, (struct rdma_cm_id *id, int timeout_ms));
 VERBS_DIRECT(int, rdma_create_qp, (struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr));
-VERBS_DIRECT(void, rdma_destroy_qp, (struct rdma_cm_id *id));
 VERBS_DIRECT(int, rdma_connect, (struct rdma_cm_id *id, struct rdma_conn_param *conn_param));
 VERBS_DIRECT(int, rdma_listen, (struct rdma_cm_id *id, int backlog));
 VERBS_DIRECT(int, rdma_accept, (struct rdma_cm_id *id, struct rdma_conn_param *conn_param));

@@ -53,7 +53,10 @@ pub(crate) fn check_count(site: &'static Site, n: isize) -> Result<usize, Error>
     } else if n == -1 {
         Err(Error::os(site, errno()))
     } else {
-        Err(Error::os(site, n.saturating_neg().min(i32::MAX as isize) as i32))
+        Err(Error::os(
+            site,
+            n.saturating_neg().min(i32::MAX as isize) as i32,
+        ))
     }
 }
 
@@ -65,11 +68,25 @@ mod tests {
     fn each_convention_names_the_errno() {
         let site = crate::site!("call");
         assert!(check_rc(site, 0).is_ok());
-        assert_eq!(check_rc(site, libc::EINVAL).unwrap_err().errno(), Some(libc::EINVAL));
-        assert_eq!(check_rc(site, -libc::EBUSY).unwrap_err().errno(), Some(libc::EBUSY));
+        assert_eq!(
+            check_rc(site, libc::EINVAL).unwrap_err().errno(),
+            Some(libc::EINVAL)
+        );
+        assert_eq!(
+            check_rc(site, -libc::EBUSY).unwrap_err().errno(),
+            Some(libc::EBUSY)
+        );
         assert_eq!(check_count(site, 3), Ok(3));
-        assert_eq!(check_count(site, -(libc::ENOMEM as isize)).unwrap_err().errno(), Some(libc::ENOMEM));
-        assert_eq!(check_count(site, isize::MIN).unwrap_err().errno(), Some(i32::MAX));
+        assert_eq!(
+            check_count(site, -(libc::ENOMEM as isize))
+                .unwrap_err()
+                .errno(),
+            Some(libc::ENOMEM)
+        );
+        assert_eq!(
+            check_count(site, isize::MIN).unwrap_err().errno(),
+            Some(i32::MAX)
+        );
         let mut x = 0u8;
         assert!(check_ptr(site, &mut x as *mut u8).is_ok());
     }

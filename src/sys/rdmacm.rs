@@ -116,6 +116,10 @@ extern_c! {
     "shim" "uint8_t verbs_shim_cm_id_port(struct rdma_cm_id *id)"
     /// `id->port_num`.
     pub fn verbs_shim_cm_id_port(id: *mut rdma_cm_id) -> u8;
+    "shim" "void verbs_shim_cm_id_forget_qp(struct rdma_cm_id *id)"
+    /// `id->qp = NULL`, after the crate destroyed the QP itself with
+    /// `ibv_destroy_qp` (whose failure, unlike `rdma_destroy_qp`'s, is seen).
+    pub fn verbs_shim_cm_id_forget_qp(id: *mut rdma_cm_id);
 
     "librdmacm" "struct rdma_event_channel *rdma_create_event_channel(void)"
     pub fn rdma_create_event_channel() -> *mut rdma_event_channel;
@@ -134,8 +138,6 @@ extern_c! {
     "librdmacm" "int rdma_create_qp(struct rdma_cm_id *id, struct ibv_pd *pd, struct ibv_qp_init_attr *qp_init_attr)"
     /// Creates the id's QP and moves it to INIT; connect/accept take it to RTS.
     pub fn rdma_create_qp(id: *mut rdma_cm_id, pd: *mut ibv_pd, qp_init_attr: *mut ibv_qp_init_attr) -> c_int;
-    "librdmacm" "void rdma_destroy_qp(struct rdma_cm_id *id)"
-    pub fn rdma_destroy_qp(id: *mut rdma_cm_id);
     "librdmacm" "int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)"
     pub fn rdma_connect(id: *mut rdma_cm_id, conn_param: *mut rdma_conn_param) -> c_int;
     "librdmacm" "int rdma_listen(struct rdma_cm_id *id, int backlog)"

@@ -1,0 +1,377 @@
+//! librdmacm handles (cargo feature `rdmacm`): event channels, ids, and
+//! queue pairs created on an id.
+
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::ptr::NonNull;
+use std::net::SocketAddr;
+
+use crate::error::Error;
+use crate::site;
+use crate::sys::rdmacm::{self as cm, rdma_cm_event_type as Ev};
+use crate::sys::{self};
+
+use super::os::{set_nonblocking, wait_readable};
+use super::qp::{QpOwner, QpParts, RawQp};
+use super::ret::{check_ptr, check_rc, errno};
+use super::RawContext;
+
+/// An event channel with a non-blocking descriptor.
+pub(crate) struct RawCmChannel {
+    ptr: NonNull<cm::rdma_event_channel>,
+}
+
+// SAFETY: an event channel is a descriptor; librdmacm is thread-safe.
+unsafe impl Send for RawCmChannel {}
+// SAFETY: as above.
+unsafe impl Sync for RawCmChannel {}
+
+/// One event, copied out and acknowledged.
+pub(crate) struct CmEvent {
+    pub(crate) kind: Ev,
+    pub(crate) status: i32,
+    /// The private data of a connect request, an accept or a reject.
+    pub(crate) private: Vec<u8>,
+    /// The new id of a connect request (ours to accept or reject).
+    pub(crate) request: Option<RawCmRequest>,
+}
+
+impl RawCmChannel {
+    /// `rdma_create_event_channel`, made non-blocking.
+    pub(crate) fn create() -> Result<Arc<RawCmChannel>, Error> {
+        // SAFETY: no preconditions.
+        let ptr = check_ptr(site!("rdma_create_event_channel"), unsafe {
+            cm::rdma_create_event_channel()
+        })?;
+        let ch = RawCmChannel { ptr };
+        set_nonblocking(site!("fcntl(O_NONBLOCK) on the rdma_cm channel"), ch.fd())?;
+        Ok(Arc::new(ch))
+    }
+
+    fn fd(&self) -> i32 {
+        // SAFETY: live channel; `fd` never changes.
+        unsafe { self.ptr.as_ref().fd }
+    }
+
+    /// The next event, or `Ok(None)` when none arrives within `timeout_ms`.
+    pub(crate) fn next_event(&self, timeout_ms: i32) -> Result<Option<CmEvent>, Error> {
+        let mut raw = core::ptr::null_mut();
+        // SAFETY: live, non-blocking channel; valid out-pointer.
+        if unsafe { cm::rdma_get_cm_event(self.ptr.as_ptr(), &mut raw) } != 0 {
+            let e = errno();
+            if e != libc::EAGAIN && e != libc::EWOULDBLOCK {
+                return Err(Error::os(site!("rdma_get_cm_event"), e));
+            }
+            wait_readable(site!("poll(rdma_cm channel)"), self.fd(), timeout_ms)?;
+            return Ok(None);
+        }
+        // SAFETY: the library returned a live event, valid until acked below.
+        let ev = unsafe { &*raw };
+        let mut private = Vec::new();
+        if matches!(
+            ev.event,
+            Ev::CONNECT_REQUEST | Ev::ESTABLISHED | Ev::REJECTED
+        ) {
+            // SAFETY: for these events `param.conn` is the active member.
+            let conn = unsafe { ev.param.conn };
+            if !conn.private_data.is_null() {
+                // SAFETY: the private data is valid for its length until the ack.
+                private.extend_from_slice(unsafe {
+                    core::slice::from_raw_parts(
+                        conn.private_data.cast::<u8>(),
+                        usize::from(conn.private_data_len),
+                    )
+                });
+            }
+        }
+        let request = if ev.event == Ev::CONNECT_REQUEST {
+            NonNull::new(ev.id).map(|ptr| RawCmRequest { ptr })
+        } else {
+            None
+        };
+        let event = CmEvent {
+            kind: ev.event,
+            status: ev.status,
+            private,
+            request,
+        };
+        // SAFETY: acked exactly once, after the copy.
+        unsafe { cm::rdma_ack_cm_event(raw) };
+        Ok(Some(event))
+    }
+}
+
+impl Drop for RawCmChannel {
+    fn drop(&mut self) {
+        // SAFETY: every id on the channel holds an Arc to it, so none is alive.
+        unsafe { cm::rdma_destroy_event_channel(self.ptr.as_ptr()) };
+    }
+}
+
+/// The new id of a connect request, not yet owned by a channel of its own:
+/// rejected and destroyed on drop.
+pub(crate) struct RawCmRequest {
+    ptr: NonNull<cm::rdma_cm_id>,
+}
+
+// SAFETY: librdmacm ids may be used from any thread.
+unsafe impl Send for RawCmRequest {}
+
+impl RawCmRequest {
+    /// Moves the id to `channel` (`rdma_migrate_id`), so its later events
+    /// (DISCONNECTED) reach the connection.
+    pub(crate) fn migrate(self, channel: &Arc<RawCmChannel>) -> Result<RawCmId, Error> {
+        // SAFETY: live id whose events are all acked; live channel.
+        check_rc(site!("rdma_migrate_id"), unsafe {
+            cm::rdma_migrate_id(self.ptr.as_ptr(), channel.ptr.as_ptr())
+        })?;
+        let id = RawCmId {
+            ptr: self.ptr,
+            channel: channel.clone(),
+        };
+        core::mem::forget(self);
+        Ok(id)
+    }
+}
+
+impl Drop for RawCmRequest {
+    fn drop(&mut self) {
+        // SAFETY: a request's id, ours to refuse and destroy once.
+        unsafe {
+            cm::rdma_reject(self.ptr.as_ptr(), core::ptr::null(), 0);
+            cm::rdma_destroy_id(self.ptr.as_ptr());
+        }
+    }
+}
+
+/// An `rdma_cm_id` and the channel its events arrive on.
+pub(crate) struct RawCmId {
+    ptr: NonNull<cm::rdma_cm_id>,
+    channel: Arc<RawCmChannel>,
+}
+
+// SAFETY: librdmacm ids may be used from any thread; the pointer is only
+// passed to librdmacm.
+unsafe impl Send for RawCmId {}
+// SAFETY: as above.
+unsafe impl Sync for RawCmId {}
+
+impl RawCmId {
+    /// `rdma_create_id` (RDMA_PS_TCP) on `channel`.
+    pub(crate) fn create(channel: &Arc<RawCmChannel>) -> Result<RawCmId, Error> {
+        let mut id = core::ptr::null_mut();
+        // SAFETY: live channel; valid out-pointer.
+        check_rc(site!("rdma_create_id"), unsafe {
+            cm::rdma_create_id(
+                channel.ptr.as_ptr(),
+                &mut id,
+                core::ptr::null_mut(),
+                cm::rdma_port_space::PS_TCP,
+            )
+        })?;
+        let ptr = NonNull::new(id).ok_or(Error::os(site!("rdma_create_id"), libc::EINVAL))?;
+        Ok(RawCmId {
+            ptr,
+            channel: channel.clone(),
+        })
+    }
+
+    /// The channel this id's events arrive on.
+    pub(crate) fn channel(&self) -> &Arc<RawCmChannel> {
+        &self.channel
+    }
+
+    /// `rdma_bind_addr`.
+    pub(crate) fn bind_addr(&self, addr: &SocketAddr) -> Result<(), Error> {
+        let (mut ss, _) = sockaddr(addr);
+        // SAFETY: live id; `ss` is a valid sockaddr for the call.
+        check_rc(site!("rdma_bind_addr"), unsafe {
+            cm::rdma_bind_addr(
+                self.ptr.as_ptr(),
+                (&mut ss as *mut libc::sockaddr_storage).cast(),
+            )
+        })
+    }
+
+    /// `rdma_listen`.
+    pub(crate) fn listen(&self, backlog: i32) -> Result<(), Error> {
+        // SAFETY: live, bound id.
+        check_rc(site!("rdma_listen"), unsafe {
+            cm::rdma_listen(self.ptr.as_ptr(), backlog)
+        })
+    }
+
+    /// `rdma_resolve_addr` to `addr` (ADDR_RESOLVED follows on the channel).
+    pub(crate) fn resolve_addr(&self, addr: &SocketAddr, timeout_ms: i32) -> Result<(), Error> {
+        let (mut dst, _) = sockaddr(addr);
+        // SAFETY: live id; `dst` is a valid sockaddr for the call.
+        check_rc(site!("rdma_resolve_addr"), unsafe {
+            cm::rdma_resolve_addr(
+                self.ptr.as_ptr(),
+                core::ptr::null_mut(),
+                (&mut dst as *mut libc::sockaddr_storage).cast(),
+                timeout_ms,
+            )
+        })
+    }
+
+    /// `rdma_resolve_route` (ROUTE_RESOLVED follows on the channel).
+    pub(crate) fn resolve_route(&self, timeout_ms: i32) -> Result<(), Error> {
+        // SAFETY: live id with a resolved address.
+        check_rc(site!("rdma_resolve_route"), unsafe {
+            cm::rdma_resolve_route(self.ptr.as_ptr(), timeout_ms)
+        })
+    }
+
+    /// The device context librdmacm opened for this id, kept open by the
+    /// id (after ROUTE_RESOLVED or a connect request).
+    pub(crate) fn context(self: &Arc<Self>) -> Result<RawContext, Error> {
+        // SAFETY: live id.
+        let verbs = unsafe { cm::verbs_shim_cm_id_verbs(self.ptr.as_ptr()) };
+        let verbs = NonNull::new(verbs).ok_or(Error::new(
+            site!("rdma_cm: the id has no device"),
+            crate::error::ErrorKind::NotFound,
+        ))?;
+        Ok(RawContext::borrowed(verbs, self.clone()))
+    }
+
+    /// True when `ctx` is the context librdmacm opened for this id.
+    pub(crate) fn is_on(&self, ctx: &RawContext) -> bool {
+        // SAFETY: live id.
+        core::ptr::eq(
+            unsafe { cm::verbs_shim_cm_id_verbs(self.ptr.as_ptr()) },
+            ctx.as_ptr(),
+        )
+    }
+
+    /// The port the id resolved to.
+    pub(crate) fn port(&self) -> u8 {
+        // SAFETY: live id.
+        unsafe { cm::verbs_shim_cm_id_port(self.ptr.as_ptr()) }
+    }
+
+    /// `rdma_create_qp` (which also moves it to INIT); the QP keeps this
+    /// id alive and is destroyed the way librdmacm expects.
+    pub(crate) fn create_qp(
+        self: &Arc<Self>,
+        parts: &QpParts<'_>,
+    ) -> Result<(RawQp, sys::ibv_qp_cap), Error> {
+        let mut init = parts.init_attr();
+        // SAFETY: live id and PD; `init` names live CQs the QP keeps alive.
+        check_rc(site!("rdma_create_qp"), unsafe {
+            cm::rdma_create_qp(self.ptr.as_ptr(), parts.pd.as_ptr(), &mut init)
+        })?;
+        // SAFETY: rdma_create_qp succeeded, so id->qp is the new QP.
+        let ptr = check_ptr(site!("rdma_create_qp"), unsafe {
+            cm::verbs_shim_cm_id_qp(self.ptr.as_ptr())
+        })?;
+        Ok((parts.handle(ptr, QpOwner::Cm(self.clone())), init.cap))
+    }
+
+    /// `rdma_connect` (active side) or `rdma_accept` (passive side).
+    pub(crate) fn connect_or_accept(
+        &self,
+        accept: bool,
+        private: &[u8],
+        rd_atomic: u8,
+    ) -> Result<(), Error> {
+        let mut param = cm::rdma_conn_param {
+            private_data: if private.is_empty() {
+                core::ptr::null()
+            } else {
+                private.as_ptr().cast()
+            },
+            private_data_len: private.len().min(255) as u8,
+            responder_resources: rd_atomic,
+            initiator_depth: rd_atomic,
+            flow_control: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            srq: 0,
+            qp_num: 0,
+        };
+        // SAFETY: live id with a QP; `param` and its private data outlive the call.
+        let rc = unsafe {
+            if accept {
+                cm::rdma_accept(self.ptr.as_ptr(), &mut param)
+            } else {
+                cm::rdma_connect(self.ptr.as_ptr(), &mut param)
+            }
+        };
+        check_rc(
+            if accept {
+                site!("rdma_accept")
+            } else {
+                site!("rdma_connect")
+            },
+            rc,
+        )
+    }
+
+    /// `rdma_reject`.
+    pub(crate) fn reject(&self) -> Result<(), Error> {
+        // SAFETY: live, unaccepted id.
+        check_rc(site!("rdma_reject"), unsafe {
+            cm::rdma_reject(self.ptr.as_ptr(), core::ptr::null(), 0)
+        })
+    }
+
+    /// `rdma_disconnect`: the id's QP (if it still has one) goes to ERR and
+    /// the peer sees DISCONNECTED.
+    pub(crate) fn disconnect(&self) -> Result<(), Error> {
+        // SAFETY: live id; id->qp is live or NULL (forgotten when destroyed).
+        check_rc(site!("rdma_disconnect"), unsafe {
+            cm::rdma_disconnect(self.ptr.as_ptr())
+        })
+    }
+
+    /// Makes the id forget its QP, which the crate has destroyed.
+    pub(crate) fn forget_qp(&self) {
+        // SAFETY: live id; only its `qp` pointer is cleared.
+        unsafe { cm::verbs_shim_cm_id_forget_qp(self.ptr.as_ptr()) }
+    }
+}
+
+impl Drop for RawCmId {
+    fn drop(&mut self) {
+        // SAFETY: its QP holds an Arc to this id and is gone; everything on
+        // its context was dropped first (it holds the context's keep-alive,
+        // which holds this); events were acked as they were read.
+        unsafe { cm::rdma_destroy_id(self.ptr.as_ptr()) };
+    }
+}
+
+fn sockaddr(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut ss: libc::sockaddr_storage = unsafe { core::mem::zeroed() };
+    let len = match addr {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_in fits in sockaddr_storage, which is suitably aligned.
+            unsafe { core::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin) };
+            core::mem::size_of::<libc::sockaddr_in>()
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above.
+            unsafe { core::ptr::write((&mut ss as *mut libc::sockaddr_storage).cast(), sin6) };
+            core::mem::size_of::<libc::sockaddr_in6>()
+        }
+    };
+    (ss, len as libc::socklen_t)
+}
