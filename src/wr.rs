@@ -4,10 +4,9 @@
 
 use crate::endpoint::RemoteRegion;
 use crate::error::Error;
-use crate::memory::LocalBuf;
-
-/// Most scatter/gather entries one safe request carries.
-pub const MAX_SGE: usize = 4;
+use crate::memory::{HostBuf, NicBuf};
+use crate::sgl::{Local, Sgl};
+use crate::site;
 
 /// A checked range of a peer's region: where an RDMA Write, Read or atomic goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,12 +22,13 @@ impl RemoteSlice {
         let addr = region
             .addr
             .checked_add(offset)
-            .ok_or(Error::invalid("RemoteSlice", "offset overflows"))?;
+            .ok_or(Error::invalid(site!("RemoteSlice", "offset overflows")))?;
         if !region.contains(addr, len) {
-            return Err(
-                Error::invalid("RemoteSlice", "range past the end of the peer's region")
-                    .with_hint("offset + length must fit in the region the peer shared"),
-            );
+            return Err(Error::invalid(site!(
+                "RemoteSlice",
+                "range past the end of the peer's region",
+                "offset + length must fit in the region the peer shared"
+            )));
         }
         Ok(RemoteSlice {
             addr,
@@ -69,48 +69,6 @@ impl RemoteSlice {
     /// Remote key.
     pub fn rkey(&self) -> u32 {
         self.rkey
-    }
-}
-
-/// A local buffer (moved in) and the part of it a request uses.
-#[derive(Debug)]
-pub struct Local<B> {
-    pub(crate) buf: B,
-    pub(crate) offset: usize,
-    pub(crate) len: usize,
-}
-
-impl<B: LocalBuf> Local<B> {
-    /// The whole buffer.
-    pub fn whole(buf: B) -> Local<B> {
-        let len = buf.len();
-        Local {
-            buf,
-            offset: 0,
-            len,
-        }
-    }
-
-    /// `len` bytes at `offset`; gives the buffer back if they do not fit.
-    pub fn range(buf: B, offset: usize, len: usize) -> Result<Local<B>, (Error, B)> {
-        match offset.checked_add(len) {
-            Some(end) if end <= buf.len() => Ok(Local { buf, offset, len }),
-            _ => Err((
-                Error::invalid("Local::range", "range past the end of the local buffer"),
-                buf,
-            )),
-        }
-    }
-
-    /// The buffer back.
-    pub fn into_buf(self) -> B {
-        self.buf
-    }
-}
-
-impl<B: LocalBuf> From<B> for Local<B> {
-    fn from(buf: B) -> Local<B> {
-        Local::whole(buf)
     }
 }
 
@@ -173,17 +131,17 @@ impl Default for SendFlags {
 pub struct SendRequest<B> {
     pub(crate) tag: u64,
     pub(crate) op: SendOp,
-    pub(crate) locals: [Option<Local<B>>; MAX_SGE],
+    pub(crate) sgl: Sgl<B>,
     pub(crate) flags: SendFlags,
 }
 
-impl<B: LocalBuf> SendRequest<B> {
+impl<B: NicBuf> SendRequest<B> {
     /// A request of `op` on one local buffer (or part of one).
     pub fn new(op: SendOp, local: impl Into<Local<B>>) -> SendRequest<B> {
         SendRequest {
             tag: 0,
             op,
-            locals: [Some(local.into()), None, None, None],
+            sgl: Sgl::one(local.into()),
             flags: SendFlags::default(),
         }
     }
@@ -193,23 +151,20 @@ impl<B: LocalBuf> SendRequest<B> {
         SendRequest {
             tag: 0,
             op,
-            locals: [None, None, None, None],
+            sgl: Sgl::empty(),
             flags: SendFlags::default(),
         }
     }
 
     /// Adds another scatter/gather entry; gives it back if the list is full.
+    #[allow(clippy::result_large_err)] // both halves come back by value, unboxed
     pub fn sge(
         mut self,
         local: impl Into<Local<B>>,
     ) -> Result<SendRequest<B>, (SendRequest<B>, Local<B>)> {
-        let local = local.into();
-        match self.locals.iter_mut().find(|l| l.is_none()) {
-            Some(slot) => {
-                *slot = Some(local);
-                Ok(self)
-            }
-            None => Err((self, local)),
+        match self.sgl.push(local.into()) {
+            Ok(()) => Ok(self),
+            Err(local) => Err((self, local)),
         }
     }
 
@@ -244,17 +199,6 @@ impl<B: LocalBuf> SendRequest<B> {
         self
     }
 
-    /// `IBV_SEND_INLINE`: the provider copies the data into the work
-    /// request at post time, so the NIC never reads the buffer (its lkey
-    /// is unused). Write, Write-with-immediate and Send only, of at most
-    /// the queue pair's granted `max_inline_data` bytes. The buffers stay
-    /// with the queue pair until completion all the same.
-    #[must_use]
-    pub fn inline(mut self) -> Self {
-        self.flags.inline = true;
-        self
-    }
-
     /// The operation.
     pub fn op(&self) -> SendOp {
         self.op
@@ -262,12 +206,26 @@ impl<B: LocalBuf> SendRequest<B> {
 
     /// Total local bytes.
     pub fn local_len(&self) -> usize {
-        self.locals.iter().flatten().map(|l| l.len).sum()
+        self.sgl.total_len()
     }
 
     /// The local buffers back, e.g. after a refused post.
     pub fn into_bufs(self) -> impl Iterator<Item = B> {
-        self.locals.into_iter().flatten().map(|l| l.buf)
+        self.sgl.into_bufs()
+    }
+}
+
+impl<B: HostBuf> SendRequest<B> {
+    /// `IBV_SEND_INLINE`: the provider copies the data into the work
+    /// request at post time, so the NIC never reads the buffer (its lkey
+    /// is unused). Write, Write-with-immediate and Send only, of at most
+    /// the queue pair's granted `max_inline_data` bytes. The buffers stay
+    /// with the queue pair until completion all the same. Host memory only:
+    /// the provider reads the bytes with the CPU.
+    #[must_use]
+    pub fn inline(mut self) -> Self {
+        self.flags.inline = true;
+        self
     }
 }
 
@@ -275,15 +233,27 @@ impl<B: LocalBuf> SendRequest<B> {
 #[derive(Debug)]
 pub struct RecvRequest<B> {
     pub(crate) tag: u64,
-    pub(crate) locals: [Option<Local<B>>; MAX_SGE],
+    pub(crate) sgl: Sgl<B>,
 }
 
-impl<B: LocalBuf> RecvRequest<B> {
+impl<B: NicBuf> RecvRequest<B> {
     /// A receive into one buffer (or part of one).
     pub fn new(local: impl Into<Local<B>>) -> RecvRequest<B> {
         RecvRequest {
             tag: 0,
-            locals: [Some(local.into()), None, None, None],
+            sgl: Sgl::one(local.into()),
+        }
+    }
+
+    /// Adds another scatter/gather entry; gives it back if the list is full.
+    #[allow(clippy::result_large_err)] // both halves come back by value, unboxed
+    pub fn sge(
+        mut self,
+        local: impl Into<Local<B>>,
+    ) -> Result<RecvRequest<B>, (RecvRequest<B>, Local<B>)> {
+        match self.sgl.push(local.into()) {
+            Ok(()) => Ok(self),
+            Err(local) => Err((self, local)),
         }
     }
 
@@ -296,6 +266,6 @@ impl<B: LocalBuf> RecvRequest<B> {
 
     /// The local buffers back.
     pub fn into_bufs(self) -> impl Iterator<Item = B> {
-        self.locals.into_iter().flatten().map(|l| l.buf)
+        self.sgl.into_bufs()
     }
 }

@@ -36,8 +36,8 @@ pub use arena::SharedArena;
 pub use arena::{Arena, ArenaBuf, ArenaConfig};
 
 pub use dmabuf::DmabufRegion;
-pub use exposed::{Exposed, ExposedBuf};
 pub(crate) use exposed::check_access;
+pub use exposed::{Exposed, ExposedBuf};
 pub use region::{Access, ForeignRegion, MemoryRegion};
 
 pub use contract::{HostBuf, NicBuf};

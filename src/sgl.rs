@@ -1,0 +1,230 @@
+//! A request's scatter/gather list: up to [`MAX_SGE`] local buffers, each
+//! with the range the request uses. The one representation of "a request's
+//! buffers", used by sends, receives, prepared requests, the shared receive
+//! queue and completions, and the one place that turns it into `ibv_sge`s.
+
+use crate::error::Error;
+use crate::memory::NicBuf;
+use crate::site;
+use crate::sys;
+
+/// Most scatter/gather entries one request carries.
+pub const MAX_SGE: usize = 4;
+
+/// A local buffer (moved in) and the part of it a request uses.
+#[derive(Debug)]
+pub struct Local<B> {
+    pub(crate) buf: B,
+    pub(crate) offset: usize,
+    pub(crate) len: usize,
+}
+
+impl<B: NicBuf> Local<B> {
+    /// The whole buffer.
+    pub fn whole(buf: B) -> Local<B> {
+        let len = buf.len();
+        Local {
+            buf,
+            offset: 0,
+            len,
+        }
+    }
+
+    /// `len` bytes at `offset`; gives the buffer back if they do not fit.
+    pub fn range(buf: B, offset: usize, len: usize) -> Result<Local<B>, (Error, B)> {
+        match offset.checked_add(len) {
+            Some(end) if end <= buf.len() => Ok(Local { buf, offset, len }),
+            _ => Err((
+                Error::invalid(site!(
+                    "Local::range",
+                    "range past the end of the local buffer"
+                )),
+                buf,
+            )),
+        }
+    }
+
+    /// The buffer back.
+    pub fn into_buf(self) -> B {
+        self.buf
+    }
+}
+
+impl<B: NicBuf> From<B> for Local<B> {
+    fn from(buf: B) -> Local<B> {
+        Local::whole(buf)
+    }
+}
+
+/// Up to [`MAX_SGE`] local buffers, a prefix of the array in use.
+#[derive(Debug)]
+pub(crate) struct Sgl<B> {
+    items: [Option<Local<B>>; MAX_SGE],
+    n: u8,
+}
+
+impl<B> Sgl<B> {
+    /// No buffers.
+    #[inline(always)]
+    pub(crate) const fn empty() -> Sgl<B> {
+        Sgl {
+            items: [None, None, None, None],
+            n: 0,
+        }
+    }
+
+    /// One buffer.
+    #[inline(always)]
+    pub(crate) fn one(local: Local<B>) -> Sgl<B> {
+        Sgl {
+            items: [Some(local), None, None, None],
+            n: 1,
+        }
+    }
+
+    /// Adds a buffer at the end; gives it back when the list is full.
+    pub(crate) fn push(&mut self, local: Local<B>) -> Result<(), Local<B>> {
+        match self.items.get_mut(usize::from(self.n)) {
+            Some(slot) => {
+                *slot = Some(local);
+                self.n += 1;
+                Ok(())
+            }
+            None => Err(local),
+        }
+    }
+
+    /// Buffers held.
+    #[inline(always)]
+    pub(crate) fn len(&self) -> usize {
+        usize::from(self.n)
+    }
+
+    /// Bytes the request uses, over every entry.
+    pub(crate) fn total_len(&self) -> usize {
+        self.items.iter().flatten().map(|l| l.len).sum()
+    }
+
+    /// Takes the first buffer still held (most requests have exactly one).
+    #[inline(always)]
+    pub(crate) fn take_first(&mut self) -> Option<B> {
+        if self.n == 0 {
+            return None;
+        }
+        // Constant indices only, so that a completion can live in registers.
+        let [a, b, c, d] = &mut self.items;
+        a.take()
+            .or_else(|| b.take())
+            .or_else(|| c.take())
+            .or_else(|| d.take())
+            .map(|l| l.buf)
+    }
+
+    /// Moves every entry into `dst` (empty), leaving this list empty; the
+    /// common single buffer costs one move.
+    #[inline(always)]
+    pub(crate) fn move_into(&mut self, dst: &mut Sgl<B>) {
+        let n = self.n;
+        self.n = 0;
+        dst.n = n;
+        let [d0, d1, d2, d3] = &mut dst.items;
+        let [s0, s1, s2, s3] = &mut self.items;
+        if n > 0 {
+            *d0 = s0.take();
+            if n > 1 {
+                *d1 = s1.take();
+                if n > 2 {
+                    *d2 = s2.take();
+                    if n > 3 {
+                        *d3 = s3.take();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Every buffer, in order.
+    pub(crate) fn into_bufs(mut self) -> impl Iterator<Item = B> {
+        self.n = 0;
+        core::mem::take(&mut self.items)
+            .into_iter()
+            .flatten()
+            .map(|l| l.buf)
+    }
+
+    /// The buffer of entry `i`, mutably (for a prepared request's loan).
+    pub(crate) fn buf_mut(&mut self, i: usize) -> Option<&mut B> {
+        self.items.get_mut(i)?.as_mut().map(|l| &mut l.buf)
+    }
+}
+
+impl<B: NicBuf> Sgl<B> {
+    /// The scatter/gather entries of this list, refused before the device
+    /// sees them when there are more than `max_sge` (what the queue was
+    /// granted), one is longer than 4 GiB (an `ibv_sge` length is 32-bit),
+    /// or one's range leaves its buffer.
+    /// Returns the number of entries and their total length.
+    #[inline]
+    pub(crate) fn build(
+        &self,
+        max_sge: u32,
+        out: &mut [sys::ibv_sge; MAX_SGE],
+    ) -> Result<(i32, u64), Error> {
+        if u32::from(self.n) > max_sge {
+            return Err(too_many_sges());
+        }
+        let mut total = 0u64;
+        for (sge, l) in out.iter_mut().zip(&self.items).take(usize::from(self.n)) {
+            let Some(l) = l else { break };
+            let Ok(length) = u32::try_from(l.len) else {
+                return Err(too_long());
+            };
+            // A loan of a prepared request's buffer may have swapped in a
+            // shorter one: the range must still lie inside it.
+            if l.offset
+                .checked_add(l.len)
+                .is_none_or(|end| end > l.buf.len())
+            {
+                return Err(outside());
+            }
+            *sge = sys::ibv_sge {
+                addr: l.buf.addr() + l.offset as u64,
+                length,
+                lkey: l.buf.lkey(),
+            };
+            total += u64::from(length);
+        }
+        Ok((i32::from(self.n), total))
+    }
+}
+
+#[cold]
+fn too_many_sges() -> Error {
+    Error::invalid(site!(
+        "post",
+        "more scatter/gather entries than the queue was granted",
+        "QpConfig::max_sge (and the device's max_sge) bound the entries per request"
+    ))
+}
+
+#[cold]
+fn outside() -> Error {
+    Error::invalid(site!(
+        "post",
+        "a scatter/gather range past the end of its buffer (a shorter buffer swapped in?)"
+    ))
+}
+
+#[cold]
+fn too_long() -> Error {
+    Error::invalid(site!(
+        "post",
+        "a scatter/gather entry over 4 GiB (an ibv_sge length is 32-bit)"
+    ))
+}
+
+impl<B> Default for Sgl<B> {
+    fn default() -> Self {
+        Sgl::empty()
+    }
+}
