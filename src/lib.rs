@@ -1,9 +1,16 @@
-//! `verbs`: hand-written Rust bindings to libibverbs.
+#![doc = include_str!("../README.md")]
 //!
-//! Layers, bottom up: [`sys`] (the audited FFI core, the only place with
-//! `unsafe`), the safe layer (device, PD, CQ, QP, MR, work requests,
-//! completions), the [`tlsf`] allocator core behind the arena, and the
-//! out-of-band [`endpoint`] exchange.
+//! # Layers
+//!
+//! Bottom up (each module imports only from those below it; see
+//! `docs/ARCHITECTURE.md`): [`sys`] (the mirror of `verbs.h`), the raw
+//! layer of owned handles (internal), [`error`], [`memory`] (what the NIC
+//! and the CPU may touch), [`device`], [`pd`], work requests ([`wr`]), the
+//! completion [`engine`], the single [`qp`] front, [`cm`] (librdmacm), and
+//! the out-of-band exchange ([`endpoint`], [`wire`], `exchange`).
+//!
+//! `unsafe` is allowed only in `sys`, the raw layer, `memory` and the
+//! engine's doorbell (listed and checked by `tests/architecture.rs`).
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_code)]
 #![warn(
@@ -17,39 +24,50 @@ extern crate alloc;
 #[allow(unsafe_code)]
 pub mod sys;
 
-pub mod endpoint;
-#[cfg(feature = "std")]
-pub mod exchange;
+pub mod error;
+mod raw;
+
 pub mod gid;
+pub mod time;
 pub mod tlsf;
+
+pub mod endpoint;
 pub mod wire;
 
-pub mod arena;
-#[cfg(feature = "rdmacm")]
-pub mod cm;
-pub mod cq;
-pub mod device;
-pub mod dmabuf;
-pub mod error;
 pub mod memory;
-pub mod mr;
+
+pub mod device;
 pub mod pd;
-pub mod qp;
-mod ret;
-pub mod srq;
-pub mod time;
+pub mod sgl;
 pub mod wr;
 
-pub use arena::{Arena, ArenaBuf, ArenaConfig, ExposedBuf};
-pub use cq::{CompletionChannel, CompletionQueue, WcOpcode, WcStatus, WorkCompletion};
-pub use device::{devices, Context, DeviceInfo, GidEntry};
+pub mod engine;
+pub mod qp;
+
+#[cfg(feature = "rdmacm")]
+pub mod cm;
+#[cfg(feature = "std")]
+pub mod exchange;
+
+pub use device::{devices, AsyncEvent, Context, DeviceInfo, GidEntry};
 pub use endpoint::{Endpoint, Mtu, RemoteRegion};
-pub use error::{Error, ErrorKind, WcError};
+pub use engine::{
+    Completion, CompletionRef, ConnectOptions, Engine, EngineConfig, PathInfo, PostError, Prepared,
+    PreparedHandle, PreparedRecv, PreparedSend, QpAttributes, QpConfig, QpId, QpState, Queue,
+    RawSend, SrqConfig, Transport, MAX_CHAIN, RAW_ID_LIMIT,
+};
+pub use error::{Error, ErrorKind};
 pub use gid::Gid;
-pub use memory::LocalBuf;
-pub use mr::{Access, MemoryRegion};
+#[cfg(feature = "std")]
+pub use memory::SharedArena;
+pub use memory::{
+    Access, Arena, ArenaBuf, ArenaConfig, DmabufRegion, Exposed, ExposedBuf, ForeignRegion,
+    HostBuf, MemoryRegion, NicBuf,
+};
 pub use pd::ProtectionDomain;
-pub use qp::{Completion, CompletionRef, ConnectOptions, PostError, Prepared, QpConfig, QueuePair};
-pub use srq::SharedReceiveQueue;
+pub use qp::QueuePair;
+pub use raw::leaked_objects;
+pub use sgl::{Local, MAX_SGE};
+pub use sys::{ibv_wc_opcode as WcOpcode, ibv_wc_status as WcStatus};
 pub use time::Deadline;
-pub use wr::{Local, RecvRequest, RemoteSlice, SendOp, SendRequest};
+pub use wr::{RecvRequest, RemoteSlice, SendOp, SendRequest};

@@ -13,7 +13,9 @@ use crate::sys;
 
 mod gid_table;
 
-pub use crate::sys::{ibv_link_layer as LinkLayer, ibv_mtu as PortMtu, ibv_port_state as PortState};
+pub use crate::sys::{
+    ibv_link_layer as LinkLayer, ibv_mtu as PortMtu, ibv_port_state as PortState,
+};
 pub use gid_table::{choose_gid, choose_gid_index, validate_gid_index, GidEntry, GidType};
 
 /// The vendor id of Linux Soft-RoCE (rxe), whose responder checks a memory
@@ -33,7 +35,10 @@ pub struct DeviceInfo {
 
 /// Every RDMA device the library finds (empty, not an error, when there is none).
 pub fn devices() -> Result<Vec<DeviceInfo>, Error> {
-    Ok(raw_devices()?.into_iter().map(|(name, guid)| DeviceInfo { name, guid }).collect())
+    Ok(raw_devices()?
+        .into_iter()
+        .map(|(name, guid)| DeviceInfo { name, guid })
+        .collect())
 }
 
 /// An opened device (`struct ibv_context`).
@@ -49,7 +54,9 @@ pub struct Context {
 
 impl core::fmt::Debug for Context {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Context").field("device", &self.raw.name()).finish()
+        f.debug_struct("Context")
+            .field("device", &self.raw.name())
+            .finish()
     }
 }
 
@@ -147,7 +154,14 @@ impl Context {
         // Port and device events carry a port number (or nothing), not an object.
         let port_event = matches!(
             event_type,
-            T::PORT_ACTIVE | T::PORT_ERR | T::LID_CHANGE | T::PKEY_CHANGE | T::SM_CHANGE | T::CLIENT_REREGISTER | T::GID_CHANGE | T::DEVICE_FATAL
+            T::PORT_ACTIVE
+                | T::PORT_ERR
+                | T::LID_CHANGE
+                | T::PKEY_CHANGE
+                | T::SM_CHANGE
+                | T::CLIENT_REREGISTER
+                | T::GID_CHANGE
+                | T::DEVICE_FATAL
         );
         Ok(Some(AsyncEvent {
             event_type,

@@ -1,0 +1,280 @@
+//! A finished request: lent to the poll's callback ([`CompletionRef`],
+//! read from the completion entry and the ring slot on demand, a buffer
+//! moved only on `take_buf`) or owned ([`Completion`]). Buffers the callback
+//! leaves are dropped when it returns: the device is done with them.
+
+use crate::error::Error;
+use crate::sgl::Sgl;
+use crate::site;
+use crate::sys::{self, ibv_wc_opcode as WcOpcode, ibv_wc_status as WcStatus};
+
+use super::prepared::{Prepared, PreparedTable};
+use super::qp_slot::QpId;
+use super::ring::{Slot, NOT_PREPARED};
+use super::srq::SrqSlot;
+
+/// What the engine kept of a finished request.
+pub(crate) enum Origin<'a, B> {
+    /// Its ring slot.
+    Ring(&'a mut Slot<B>),
+    /// Its shared receive queue slot.
+    Srq(&'a mut SrqSlot<B>),
+    /// Nothing: a raw post (its buffers were never the engine's).
+    Raw,
+}
+
+/// One finished request, borrowed from the engine for the duration of the
+/// poll's callback.
+pub struct CompletionRef<'a, B> {
+    pub(crate) wc: &'a sys::ibv_wc,
+    pub(crate) origin: Origin<'a, B>,
+    /// False for an unsignaled request completed by a later entry.
+    pub(crate) own_entry: bool,
+    pub(crate) is_recv: bool,
+    pub(crate) qp: Option<QpId>,
+    pub(crate) prepared: &'a PreparedTable<B>,
+}
+
+impl<B> CompletionRef<'_, B> {
+    /// The queue pair the request was posted on (for a shared receive, the
+    /// one the message arrived on); `None` when that queue pair was removed.
+    #[inline]
+    pub fn qp(&self) -> Option<QpId> {
+        self.qp
+    }
+
+    /// The caller's tag (for a raw post, its id).
+    #[inline]
+    pub fn tag(&self) -> u64 {
+        match &self.origin {
+            Origin::Ring(slot) => slot.tag,
+            Origin::Srq(slot) => slot.tag,
+            Origin::Raw => super::id::decode(self.wc.wr_id).raw_id(),
+        }
+    }
+
+    /// True for a receive.
+    #[inline]
+    pub fn is_recv(&self) -> bool {
+        self.is_recv
+    }
+
+    /// The outcome (`SUCCESS` for an unsignaled request completed by a
+    /// later one on its queue).
+    #[inline]
+    pub fn status(&self) -> WcStatus {
+        if self.own_entry {
+            self.wc.status
+        } else {
+            WcStatus::SUCCESS
+        }
+    }
+
+    /// What completed (what was posted, where the entry cannot say: an
+    /// unsignaled request, or an error, whose entry's opcode is undefined).
+    #[inline]
+    pub fn opcode(&self) -> WcOpcode {
+        let failed = self.wc.status != WcStatus::SUCCESS;
+        match &self.origin {
+            Origin::Ring(slot) if !self.own_entry || failed => slot.opcode,
+            Origin::Srq(_) if failed => WcOpcode::RECV,
+            _ => self.wc.opcode,
+        }
+    }
+
+    /// Bytes received, read or fetched (0 for unsignaled requests).
+    #[inline]
+    pub fn byte_len(&self) -> u32 {
+        if self.own_entry {
+            self.wc.byte_len
+        } else {
+            0
+        }
+    }
+
+    /// Immediate data (host order), if the completion carried one.
+    #[inline]
+    pub fn imm(&self) -> Option<u32> {
+        (self.own_entry && self.wc.wc_flags.contains(sys::ibv_wc_flags::WITH_IMM))
+            .then(|| u32::from_be(self.wc.imm_data))
+    }
+
+    /// False for an unsignaled request (no completion entry of its own).
+    #[inline]
+    pub fn signaled(&self) -> bool {
+        match &self.origin {
+            Origin::Ring(slot) => slot.signaled,
+            _ => true,
+        }
+    }
+
+    /// The provider's vendor error code.
+    #[inline]
+    pub fn vendor_err(&self) -> u32 {
+        if self.own_entry {
+            self.wc.vendor_err
+        } else {
+            0
+        }
+    }
+
+    /// The prepared request this was a post of (its buffers stayed with it).
+    #[inline]
+    pub fn prepared(&self) -> Option<Prepared> {
+        match &self.origin {
+            Origin::Ring(slot) if slot.prepared != NOT_PREPARED => Some(self.prepared.handle(
+                self.is_recv,
+                slot.prepared,
+                slot.generation,
+            )),
+            _ => None,
+        }
+    }
+
+    /// `Ok` on success, else the error with the primer's meaning; a flush
+    /// says it is the consequence of an earlier error.
+    #[inline]
+    pub fn result(&self) -> Result<(), Error> {
+        check_status(self.status(), self.opcode(), self.is_recv)
+    }
+
+    /// Takes the first buffer the request still holds.
+    #[inline]
+    pub fn take_buf(&mut self) -> Option<B> {
+        match &mut self.origin {
+            Origin::Ring(slot) => slot.sgl.take_first(),
+            Origin::Srq(slot) => slot.sgl.take_first(),
+            Origin::Raw => None,
+        }
+    }
+
+    /// The full completion, with every buffer the request still holds.
+    #[inline]
+    pub fn into_owned(mut self) -> Completion<B> {
+        let mut c = Completion {
+            qp: self.qp,
+            tag: self.tag(),
+            is_recv: self.is_recv,
+            status: self.status(),
+            opcode: self.opcode(),
+            byte_len: self.byte_len(),
+            imm: self.imm(),
+            signaled: self.signaled(),
+            vendor_err: self.vendor_err(),
+            src_qp: self.wc.src_qp,
+            sgl: Sgl::empty(),
+            prepared: self.prepared(),
+        };
+        match &mut self.origin {
+            Origin::Ring(slot) => slot.sgl.move_into(&mut c.sgl),
+            Origin::Srq(slot) => slot.sgl.move_into(&mut c.sgl),
+            Origin::Raw => {}
+        }
+        c
+    }
+}
+
+impl<B> Drop for CompletionRef<'_, B> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        let sgl = match &mut self.origin {
+            Origin::Ring(slot) => &mut slot.sgl,
+            Origin::Srq(slot) => &mut slot.sgl,
+            Origin::Raw => return,
+        };
+        if sgl.len() != 0 {
+            drop_cold(core::mem::take(sgl));
+        }
+    }
+}
+
+/// Drops out of line: the data path drops buffers only by exception.
+#[cold]
+#[inline(never)]
+fn drop_cold<T>(value: T) {
+    drop(value);
+}
+
+impl<B> core::fmt::Debug for CompletionRef<'_, B> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("CompletionRef")
+            .field("qp", &self.qp)
+            .field("tag", &self.tag())
+            .field("is_recv", &self.is_recv)
+            .field("status", &self.status())
+            .field("opcode", &self.opcode())
+            .field("byte_len", &self.byte_len())
+            .field("signaled", &self.signaled())
+            .finish()
+    }
+}
+
+/// A finished request: its status and the buffers it owned, returned.
+#[derive(Debug)]
+pub struct Completion<B> {
+    /// The queue pair (see [`CompletionRef::qp`]).
+    pub qp: Option<QpId>,
+    /// The caller's tag.
+    pub tag: u64,
+    /// True for a receive.
+    pub is_recv: bool,
+    /// The outcome. For an unsignaled request completed by a later signaled
+    /// one on the same queue, `SUCCESS`.
+    pub status: WcStatus,
+    /// What completed.
+    pub opcode: WcOpcode,
+    /// Bytes received, read or fetched (0 for unsignaled requests).
+    pub byte_len: u32,
+    /// Immediate data (host order), if the completion carried one.
+    pub imm: Option<u32>,
+    /// False for an unsignaled request (no completion entry of its own).
+    pub signaled: bool,
+    /// The provider's vendor error code.
+    pub vendor_err: u32,
+    /// For a datagram receive, the sender's queue pair number.
+    pub src_qp: u32,
+    sgl: Sgl<B>,
+    prepared: Option<Prepared>,
+}
+
+impl<B> Completion<B> {
+    /// `Ok` on success, else the error with the primer's meaning.
+    #[inline]
+    pub fn result(&self) -> Result<(), Error> {
+        check_status(self.status, self.opcode, self.is_recv)
+    }
+
+    /// The prepared request this was a post of (no buffers come back).
+    pub fn prepared(&self) -> Option<Prepared> {
+        self.prepared
+    }
+
+    /// Takes the first buffer back (most requests have exactly one).
+    #[inline]
+    pub fn take_buf(&mut self) -> Option<B> {
+        self.sgl.take_first()
+    }
+
+    /// All buffers back, in scatter/gather order.
+    pub fn into_bufs(self) -> impl Iterator<Item = B> {
+        self.sgl.into_bufs()
+    }
+}
+
+#[inline(always)]
+fn check_status(status: WcStatus, opcode: WcOpcode, is_recv: bool) -> Result<(), Error> {
+    if status == WcStatus::SUCCESS {
+        return Ok(());
+    }
+    Err(completion_error(status, opcode, is_recv))
+}
+
+#[cold]
+fn completion_error(status: WcStatus, opcode: WcOpcode, is_recv: bool) -> Error {
+    let site = if is_recv {
+        site!("receive completion")
+    } else {
+        site!("send completion")
+    };
+    Error::completion(site, status, opcode)
+}

@@ -1,0 +1,47 @@
+//! The completion engine: many queue pairs sharing one completion queue
+//! (or a send/receive pair) and optionally one shared receive queue, the
+//! object one polling thread owns.
+//!
+//! - [`id`]: the one work-request id codec.
+//! - [`ring`], [`srq`], [`prepared`]: who owns each posted request's
+//!   buffers until it completes (a ring slot, a shared-receive slot, a
+//!   prepared entry).
+//! - `doorbell`: the only place work requests reach the device.
+//! - [`post`], [`poll`]: the data path; `check`: what a send is checked for.
+//! - `setup`, `connect`, `expose`: building, connecting, exposing memory.
+//!
+//! See `docs/ARCHITECTURE.md` for the path of one post and one poll.
+
+mod check;
+mod completion;
+mod config;
+mod connect;
+mod core;
+mod doorbell;
+mod expose;
+pub(crate) mod id;
+mod path;
+mod poll;
+mod post;
+mod prepared;
+mod qp_slot;
+mod ring;
+mod setup;
+#[cfg(test)]
+mod sim;
+mod srq;
+
+pub use completion::{Completion, CompletionRef};
+pub use config::{ConnectOptions, EngineConfig, QpConfig, Queue, SrqConfig, Transport};
+pub use connect::QpAttributes;
+pub use core::Engine;
+pub use doorbell::RawSend;
+pub use doorbell::Verbs;
+pub use id::RAW_ID_LIMIT;
+pub use path::PathInfo;
+pub use post::PostError;
+pub use prepared::{Prepared, PreparedHandle, PreparedRecv, PreparedSend};
+pub use qp_slot::{QpId, QpState};
+
+/// Most requests posted with one doorbell by [`Engine::post_send_chain`].
+pub const MAX_CHAIN: usize = 32;

@@ -1,0 +1,235 @@
+//! Polling: each completion is routed by its work request id (checked
+//! against the queue pair's number and the ring's window, or the shared
+//! receive slot's generation) and hands back the buffers of every request
+//! it finishes. A completion that names nothing in flight (stale,
+//! duplicated, foreign) reaches no buffer. Never blocks, never allocates.
+
+use core::mem::MaybeUninit;
+
+use crate::error::{Error, ErrorKind};
+use crate::memory::NicBuf;
+use crate::site;
+use crate::sys::{self, ibv_wc_status as WcStatus};
+use crate::time::Deadline;
+
+use super::completion::{Completion, CompletionRef, Origin};
+use super::config::Queue;
+use super::core::Engine;
+use super::doorbell::Provider;
+use super::id::{self, WrId};
+use super::qp_slot::{QpId, QpState};
+
+/// Most completion entries one poll takes off a CQ.
+pub(crate) const POLL_BATCH: usize = 16;
+
+/// What to check when a wait for a completion times out.
+pub(crate) const DEAD_PEER: &crate::error::Site = site!(
+    "wait for a completion",
+    "",
+    "is the peer alive and connected? an RC QP retries for timeout x retry_cnt (Soft-RoCE treats retry_cnt 7 as forever)"
+);
+
+/// The completions of one poll not yet routed. If the caller's callback
+/// panics, dropping this routes the rest (and the one it was on: routing
+/// is idempotent) without calling back, so no request stays stranded.
+struct Unrouted<'e, 'w, B: NicBuf, P: Provider> {
+    engine: &'e mut Engine<B, P>,
+    rest: &'w [sys::ibv_wc],
+}
+
+impl<B: NicBuf, P: Provider> Drop for Unrouted<'_, '_, B, P> {
+    fn drop(&mut self) {
+        for wc in self.rest {
+            self.engine.retire(wc, &mut |_| {});
+        }
+    }
+}
+
+impl<B: NicBuf, P: Provider> Engine<B, P> {
+    /// Polls the completion queue(s) once, up to 16 entries each, and hands
+    /// every finished request to `on_done` with its buffers, in completion
+    /// order: an unsignaled request is handed back (as `SUCCESS`, not
+    /// signaled) when the next signaled request of its queue completes.
+    /// Returns the number handed back.
+    #[inline]
+    pub fn poll(&mut self, mut on_done: impl FnMut(CompletionRef<'_, B>)) -> Result<usize, Error> {
+        let mut delivered = self.poll_cq(false, POLL_BATCH, &mut on_done)?;
+        if self.recv_cq.is_some() {
+            delivered += self.poll_cq(true, POLL_BATCH, &mut on_done)?;
+        }
+        Ok(delivered)
+    }
+
+    /// [`Engine::poll`] on one side's completion queue, when receives have
+    /// their own (`EngineConfig::separate_recv_cq`): a wait for one kind
+    /// never takes the other off its queue. With one queue, `Queue::Send`
+    /// polls it and `Queue::Recv` finds nothing.
+    #[inline]
+    pub fn poll_queue(
+        &mut self,
+        queue: Queue,
+        mut on_done: impl FnMut(CompletionRef<'_, B>),
+    ) -> Result<usize, Error> {
+        match queue {
+            Queue::Send => self.poll_cq(false, POLL_BATCH, &mut on_done),
+            Queue::Recv if self.recv_cq.is_some() => self.poll_cq(true, POLL_BATCH, &mut on_done),
+            Queue::Recv => Ok(0),
+        }
+    }
+
+    /// Takes at most `max` entries off one CQ and routes them.
+    #[inline]
+    pub(crate) fn poll_cq(
+        &mut self,
+        recv_side: bool,
+        max: usize,
+        on_done: &mut impl FnMut(CompletionRef<'_, B>),
+    ) -> Result<usize, Error> {
+        let mut wcs = [const { MaybeUninit::<sys::ibv_wc>::uninit() }; POLL_BATCH];
+        let cq = match &self.recv_cq {
+            Some(recv_cq) if recv_side => recv_cq,
+            _ => &self.cq,
+        };
+        let polled = self.prov.poll(cq, &mut wcs[..max.clamp(1, POLL_BATCH)])?;
+        let mut delivered = 0;
+        let mut pending = Unrouted {
+            engine: self,
+            rest: polled,
+        };
+        while let [wc, rest @ ..] = pending.rest {
+            delivered += pending.engine.retire(wc, on_done);
+            pending.rest = rest;
+        }
+        Ok(delivered)
+    }
+
+    /// Hands back what completion `wc` finishes. Idempotent: a second call
+    /// with the same entry finds nothing left to hand back.
+    #[inline]
+    pub(crate) fn retire(
+        &mut self,
+        wc: &sys::ibv_wc,
+        on_done: &mut impl FnMut(CompletionRef<'_, B>),
+    ) -> usize {
+        let engine = self.id;
+        match id::decode(wc.wr_id) {
+            WrId::Ring { recv, qp, seq } => {
+                let Some(slot) = self.qps.get_mut(qp as usize) else {
+                    return 0;
+                };
+                // A vacant slot's number matches no completion.
+                if slot.qp_num != wc.qp_num {
+                    return 0;
+                }
+                let ring = if recv { &slot.recv } else { &slot.send };
+                let mut count = ring.through(seq);
+                if count == 0 {
+                    return 0;
+                }
+                if wc.status != WcStatus::SUCCESS {
+                    slot.set_state(QpState::ERR); // every later request will flush
+                }
+                let id = QpId {
+                    engine,
+                    index: qp,
+                    generation: slot.generation,
+                };
+                let ring = if recv { &mut slot.recv } else { &mut slot.send };
+                let delivered = count as usize;
+                while count > 0 {
+                    count -= 1;
+                    on_done(CompletionRef {
+                        wc,
+                        origin: Origin::Ring(ring.pop_oldest()),
+                        own_entry: count == 0,
+                        is_recv: recv,
+                        qp: Some(id),
+                        prepared: &self.prepared,
+                    });
+                }
+                delivered
+            }
+            WrId::Srq { slot, generation } => {
+                let qp = self.by_qp_num(wc.qp_num);
+                let Some(srq) = self.srq.as_mut() else {
+                    return 0;
+                };
+                let Some(s) = srq.complete(slot, generation) else {
+                    return 0;
+                };
+                if wc.status != WcStatus::SUCCESS {
+                    if let Some(q) = qp {
+                        self.qps[q.index as usize].set_state(QpState::ERR);
+                    }
+                }
+                on_done(CompletionRef {
+                    wc,
+                    origin: Origin::Srq(s),
+                    own_entry: true,
+                    is_recv: true,
+                    qp,
+                    prepared: &self.prepared,
+                });
+                1
+            }
+            WrId::Raw(_) => {
+                let qp = self.by_qp_num(wc.qp_num);
+                on_done(CompletionRef {
+                    wc,
+                    origin: Origin::Raw,
+                    own_entry: true,
+                    is_recv: false,
+                    qp,
+                    prepared: &self.prepared,
+                });
+                1
+            }
+        }
+    }
+
+    /// Hands back every request still in `qp`'s rings as flushed, without a
+    /// completion from the device. Only for a queue pair the device holds
+    /// no work request of: in RESET (or destroyed).
+    pub(crate) fn retire_all(
+        &mut self,
+        qp: QpId,
+        on_done: &mut impl FnMut(CompletionRef<'_, B>),
+    ) -> Result<(), Error> {
+        let slot = self.slot(qp)?;
+        debug_assert!(
+            slot.state == QpState::RESET,
+            "only a queue pair in RESET owns no work request"
+        );
+        let qp_num = slot.qp_num;
+        for (recv, tail) in [(false, slot.send.next_seq()), (true, slot.recv.next_seq())] {
+            let mut wc = <sys::ibv_wc as sys::Zeroed>::zeroed();
+            wc.wr_id = id::ring(recv, qp.index, tail.wrapping_sub(1));
+            wc.status = WcStatus::WR_FLUSH_ERR;
+            wc.qp_num = qp_num;
+            self.retire(&wc, on_done);
+        }
+        Ok(())
+    }
+
+    /// Waits for the next completion entry and returns its request, taking
+    /// one entry off the CQ at a time (later ones stay queued). The
+    /// unsignaled requests an entry finishes with it are dropped here
+    /// (their buffers freed, the device done with them): with unsignaled
+    /// requests, use [`Engine::poll`].
+    pub fn wait_one(&mut self, deadline: Deadline) -> Result<Completion<B>, Error> {
+        loop {
+            let mut last = None;
+            let mut keep = |c: CompletionRef<'_, B>| last = Some(c.into_owned());
+            if self.poll_cq(false, 1, &mut keep)? == 0 && self.recv_cq.is_some() {
+                self.poll_cq(true, 1, &mut keep)?;
+            }
+            if let Some(c) = last {
+                return Ok(c);
+            }
+            if deadline.passed() {
+                return Err(Error::new(DEAD_PEER, ErrorKind::TimedOut));
+            }
+            core::hint::spin_loop();
+        }
+    }
+}

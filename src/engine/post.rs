@@ -1,0 +1,323 @@
+//! Posting: each request is checked against its queue pair, then handed to
+//! the doorbell, which posts it and moves its buffers into the queue pair's
+//! ring. No heap allocation, no lock: work requests are built on the stack,
+//! the rings were sized at setup.
+
+use crate::error::{Error, ErrorKind};
+use crate::memory::NicBuf;
+use crate::site;
+use crate::wr::{RecvRequest, SendOp, SendRequest};
+
+use super::check::{cannot_recv, cannot_send, check_send, completes_as, post_hint};
+use super::core::Engine;
+use super::doorbell::{self, OwnSend, Provider, SendMeta};
+use super::qp_slot::{signal_decision, QpId};
+
+/// A refused post: the error and the request, with its buffers, given back.
+#[derive(Debug)]
+pub struct PostError<R> {
+    /// Why it was refused.
+    pub error: Error,
+    /// The request, untouched.
+    pub request: R,
+}
+
+impl<R> core::fmt::Display for PostError<R> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+#[cfg(feature = "std")]
+impl<R: core::fmt::Debug> std::error::Error for PostError<R> {}
+
+impl<B: NicBuf, P: Provider> Engine<B, P> {
+    /// Posts one send-queue request on `qp`. Its buffers belong to the
+    /// engine until [`Engine::poll`] hands them back with the completion.
+    #[inline]
+    #[allow(clippy::result_large_err)] // the request comes back unboxed: no allocation
+    pub fn post_send(
+        &mut self,
+        qp: QpId,
+        mut req: SendRequest<B>,
+    ) -> Result<(), PostError<SendRequest<B>>> {
+        let (prov, slot) = match self.split(qp) {
+            Ok(s) => s,
+            Err(error) => {
+                return Err(PostError {
+                    error,
+                    request: req,
+                })
+            }
+        };
+        if slot.send.len() >= slot.send_room {
+            return Err(PostError {
+                error: cannot_send(slot.state),
+                request: req,
+            });
+        }
+        if let Err(error) = check_send(slot, &req.op, req.sgl.total_len() as u64, req.flags.inline)
+        {
+            return Err(PostError {
+                error,
+                request: req,
+            });
+        }
+        let mut run = slot.unsignaled_run;
+        let signaled = signal_decision(&mut run, slot.send.capacity(), req.flags.signaled, 0);
+        let f = req.flags;
+        let meta = SendMeta {
+            tag: req.tag,
+            opcode: completes_as(&req.op),
+            signaled,
+        };
+        let mut one = [Some(OwnSend {
+            op: &req.op,
+            sgl: &mut req.sgl,
+            meta,
+            fence: f.fence,
+            solicited: f.solicited,
+            inline: f.inline,
+        })];
+        let Some(handle) = slot.qp.as_ref() else {
+            unreachable_vacant()
+        };
+        let (_, result) = doorbell::send(
+            prov,
+            handle,
+            qp.index,
+            &mut slot.send,
+            slot.caps.max_send_sge,
+            &mut one,
+        );
+        match result {
+            Ok(()) => {
+                slot.unsignaled_run = run;
+                Ok(())
+            }
+            Err(error) => Err(PostError {
+                error: post_hint(error),
+                request: req,
+            }),
+        }
+    }
+
+    /// Posts up to [`super::MAX_CHAIN`] requests on `qp` with one call (one
+    /// doorbell), taking each posted request out of `reqs` (a prefix of the
+    /// `Some` entries). On a partial post the requests from the refused one
+    /// on stay in `reqs`, untouched and not posted, and the error says so;
+    /// `Ok(n)` is the number posted.
+    pub fn post_send_chain(
+        &mut self,
+        qp: QpId,
+        reqs: &mut [Option<SendRequest<B>>],
+    ) -> Result<usize, Error> {
+        let count = reqs
+            .iter()
+            .take_while(|r| r.is_some())
+            .count()
+            .min(super::MAX_CHAIN);
+        if count == 0 {
+            return Ok(0);
+        }
+        let (prov, slot) = self.split(qp)?;
+        if slot.send.len() + count as u64 > slot.send_room {
+            return Err(cannot_send(slot.state));
+        }
+        let mut run = slot.unsignaled_run;
+        // The run after each request, to restore exactly what was posted.
+        let mut runs = [0u64; super::MAX_CHAIN];
+        let mut sends: [Option<OwnSend<'_, B>>; super::MAX_CHAIN] =
+            [const { None }; super::MAX_CHAIN];
+        for (i, req) in reqs.iter_mut().take(count).enumerate() {
+            let Some(req) = req.as_mut() else { break };
+            check_send(slot, &req.op, req.sgl.total_len() as u64, req.flags.inline)?;
+            let remaining = (count - 1 - i) as u64;
+            let signaled = signal_decision(
+                &mut run,
+                slot.send.capacity(),
+                req.flags.signaled,
+                remaining,
+            );
+            runs[i] = run;
+            let f = req.flags;
+            sends[i] = Some(OwnSend {
+                meta: SendMeta {
+                    tag: req.tag,
+                    opcode: completes_as(&req.op),
+                    signaled,
+                },
+                op: &req.op,
+                sgl: &mut req.sgl,
+                fence: f.fence,
+                solicited: f.solicited,
+                inline: f.inline,
+            });
+        }
+        let Some(handle) = slot.qp.as_ref() else {
+            unreachable_vacant()
+        };
+        let (posted, result) = doorbell::send(
+            prov,
+            handle,
+            qp.index,
+            &mut slot.send,
+            slot.caps.max_send_sge,
+            &mut sends[..count],
+        );
+        if posted > 0 {
+            slot.unsignaled_run = runs[posted - 1];
+        }
+        for req in reqs.iter_mut().take(posted) {
+            // Its buffers moved into the ring: what is left is empty.
+            drop(req.take());
+        }
+        match result {
+            Ok(()) => Ok(posted),
+            Err(e) if posted > 0 => Err(post_hint(e).at(site!(
+                "ibv_post_send",
+                "partial post: the requests from the refused one on were not posted and stay with the caller"
+            ))),
+            Err(e) => Err(post_hint(e)),
+        }
+    }
+
+    /// Posts a Write, Write-with-immediate or Send on `qp` whose `data` is
+    /// copied into the work request itself (`IBV_SEND_INLINE`): no local
+    /// buffer, no lkey, `data` is free again on return. Refused above the
+    /// device's granted `max_inline_data`.
+    #[inline]
+    pub fn post_inline(
+        &mut self,
+        qp: QpId,
+        op: SendOp,
+        data: &[u8],
+        tag: u64,
+        signaled: bool,
+    ) -> Result<(), Error> {
+        let (prov, slot) = self.split(qp)?;
+        if slot.send.len() >= slot.send_room {
+            return Err(cannot_send(slot.state));
+        }
+        check_send(slot, &op, data.len() as u64, true)?;
+        let mut run = slot.unsignaled_run;
+        let signaled = signal_decision(&mut run, slot.send.capacity(), signaled, 0);
+        let meta = SendMeta {
+            tag,
+            opcode: completes_as(&op),
+            signaled,
+        };
+        let Some(handle) = slot.qp.as_ref() else {
+            unreachable_vacant()
+        };
+        doorbell::send_inline(prov, handle, qp.index, &mut slot.send, &op, data, meta)
+            .map_err(post_hint)?;
+        slot.unsignaled_run = run;
+        Ok(())
+    }
+
+    /// Posts a receive on `qp`. Its buffers belong to the engine until the
+    /// receive completes.
+    #[inline]
+    #[allow(clippy::result_large_err)] // the request comes back unboxed
+    pub fn post_recv(
+        &mut self,
+        qp: QpId,
+        mut req: RecvRequest<B>,
+    ) -> Result<(), PostError<RecvRequest<B>>> {
+        let (prov, slot) = match self.split(qp) {
+            Ok(s) => s,
+            Err(error) => {
+                return Err(PostError {
+                    error,
+                    request: req,
+                })
+            }
+        };
+        if slot.recv.len() >= slot.recv_room {
+            return Err(PostError {
+                error: cannot_recv(slot.state, slot.has_srq),
+                request: req,
+            });
+        }
+        let Some(handle) = slot.qp.as_ref() else {
+            unreachable_vacant()
+        };
+        match doorbell::recv(
+            prov,
+            handle,
+            qp.index,
+            &mut slot.recv,
+            slot.caps.max_recv_sge,
+            &mut req.sgl,
+            req.tag,
+        ) {
+            Ok(()) => Ok(()),
+            Err(error) => Err(PostError {
+                error,
+                request: req,
+            }),
+        }
+    }
+
+    /// Posts a receive on the engine's shared receive queue: the next
+    /// message to any of its queue pairs may land in it. Its completion
+    /// comes back from [`Engine::poll`] with its buffers and the queue pair
+    /// it arrived on.
+    #[allow(clippy::result_large_err)] // the request comes back unboxed
+    pub fn post_srq_recv(
+        &mut self,
+        mut req: RecvRequest<B>,
+    ) -> Result<(), PostError<RecvRequest<B>>> {
+        let Some(srq) = self.srq.as_mut() else {
+            return Err(PostError {
+                error: Error::new(
+                    site!(
+                        "post_srq_recv",
+                        "this engine has no shared receive queue",
+                        "EngineConfig::srq"
+                    ),
+                    ErrorKind::BadState,
+                ),
+                request: req,
+            });
+        };
+        let (slot, wr_id) = match srq.reserve() {
+            Ok(r) => r,
+            Err(error) => {
+                return Err(PostError {
+                    error,
+                    request: req,
+                })
+            }
+        };
+        let max_sge = srq.max_sge;
+        let (handle, target) = srq.handle_and_sgl(slot);
+        match doorbell::srq_recv(&mut self.prov, handle, max_sge, &mut req.sgl, wr_id, target) {
+            Ok(()) => {
+                srq.commit(slot, req.tag);
+                Ok(())
+            }
+            Err(error) => Err(PostError {
+                error,
+                request: req,
+            }),
+        }
+    }
+}
+
+impl<B: NicBuf, P: Provider> Engine<B, P> {
+    /// Posts work requests the safe layer does not build (see [`super::RawSend`]).
+    pub fn post_send_raw(&mut self, qp: QpId, raw: super::RawSend<'_>) -> Result<(), Error> {
+        let (prov, slot) = self.split(qp)?;
+        let Some(handle) = slot.qp.as_ref() else {
+            unreachable_vacant()
+        };
+        doorbell::send_raw(prov, handle, raw).map_err(post_hint)
+    }
+}
+
+#[cold]
+fn unreachable_vacant() -> ! {
+    unreachable!("a live slot (checked by slot_mut) holds its queue pair")
+}

@@ -1,0 +1,164 @@
+//! What an engine keeps per queue pair: its handle, state, the rings of its
+//! two queues, what the state lets the data path post, and what connecting
+//! needs (port, GID, PSN).
+
+use crate::device::{GidEntry, PortAttr};
+use crate::sys::{self, Zeroed};
+
+use super::config::{QpConfig, Transport};
+use super::ring::Ring;
+
+pub use crate::sys::ibv_qp_state as QpState;
+
+/// A queue pair of an engine: valid on the engine that made it, until the
+/// queue pair is removed. A handle of another engine, or of a removed queue
+/// pair, reaches nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct QpId {
+    pub(crate) engine: u32,
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
+impl QpId {
+    /// The queue pair's place in its engine (dense from 0): for tables the
+    /// caller keeps per queue pair.
+    pub fn index(&self) -> usize {
+        self.index as usize
+    }
+}
+
+/// `qp_num` of a vacant slot: QP numbers are 24-bit, so no completion
+/// carries it.
+pub(crate) const VACANT: u32 = u32::MAX;
+
+/// What connecting a queue pair needs to know about it.
+#[derive(Clone, Copy)]
+pub(crate) struct QpInfo {
+    pub(crate) config: QpConfig,
+    pub(crate) port: PortAttr,
+    pub(crate) gid: Option<GidEntry>,
+    pub(crate) psn: u32,
+    pub(crate) max_rd_atomic: u8,
+    pub(crate) max_dest_rd_atomic: u8,
+}
+
+impl Default for QpInfo {
+    fn default() -> Self {
+        QpInfo {
+            config: QpConfig::default(),
+            port: PortAttr(sys::ibv_port_attr::zeroed()),
+            gid: None,
+            psn: 0,
+            max_rd_atomic: 1,
+            max_dest_rd_atomic: 1,
+        }
+    }
+}
+
+/// One queue pair's bookkeeping. `Q` is the provider's handle.
+pub(crate) struct QpSlot<B, Q> {
+    /// `None` while the slot is vacant.
+    pub(crate) qp: Option<Q>,
+    /// The queue pair number, or `VACANT`.
+    pub(crate) qp_num: u32,
+    pub(crate) generation: u32,
+    pub(crate) state: QpState,
+    pub(crate) transport: Transport,
+    pub(crate) send: Ring<B>,
+    pub(crate) recv: Ring<B>,
+    /// What the state lets the data path have in flight: the ring's
+    /// capacity, or 0 where the state (or the shared receive queue) refuses
+    /// posts. One comparison per post checks state and room.
+    pub(crate) send_room: u64,
+    pub(crate) recv_room: u64,
+    /// Unsignaled sends since the last signaled one.
+    pub(crate) unsignaled_run: u64,
+    pub(crate) has_srq: bool,
+    /// What the device granted (scatter/gather entries, inline data).
+    pub(crate) caps: sys::ibv_qp_cap,
+    pub(crate) info: QpInfo,
+}
+
+impl<B, Q> QpSlot<B, Q> {
+    /// A live slot for `qp` in INIT's predecessor, RESET.
+    #[allow(clippy::too_many_arguments)] // one per field it fills; called from one place
+    pub(crate) fn new(
+        qp: Q,
+        qp_num: u32,
+        generation: u32,
+        send: Ring<B>,
+        recv: Ring<B>,
+        caps: sys::ibv_qp_cap,
+        has_srq: bool,
+        info: QpInfo,
+    ) -> Self {
+        QpSlot {
+            qp: Some(qp),
+            qp_num,
+            generation,
+            state: QpState::RESET,
+            transport: info.config.transport,
+            send,
+            recv,
+            send_room: 0,
+            recv_room: 0,
+            unsignaled_run: 0,
+            has_srq,
+            caps,
+            info,
+        }
+    }
+
+    /// A slot holding no queue pair.
+    pub(crate) fn new_vacant() -> Self {
+        QpSlot {
+            qp: None,
+            qp_num: VACANT,
+            generation: 0,
+            state: QpState::RESET,
+            transport: Transport::Rc,
+            send: Ring::new(0, 0),
+            recv: Ring::new(0, 0),
+            send_room: 0,
+            recv_room: 0,
+            unsignaled_run: 0,
+            has_srq: false,
+            caps: sys::ibv_qp_cap::default(),
+            info: QpInfo::default(),
+        }
+    }
+
+    /// Records the state the QP is now in, and what it lets the data path post.
+    pub(crate) fn set_state(&mut self, state: QpState) {
+        self.state = state;
+        self.send_room = if state == QpState::RTS {
+            self.send.capacity()
+        } else {
+            0
+        };
+        let receives = state != QpState::RESET && state != QpState::ERR && !self.has_srq;
+        self.recv_room = if receives { self.recv.capacity() } else { 0 };
+    }
+
+    /// True while the slot holds a queue pair.
+    pub(crate) fn is_live(&self) -> bool {
+        self.qp_num != VACANT
+    }
+}
+
+/// Signals a request if the caller asked, or if leaving it unsignaled could
+/// let unsignaled requests fill the send queue (a deadlock: their slots are
+/// freed only by a later signaled completion). `run` counts the unsignaled
+/// requests since the last signaled one; `remaining` the requests after
+/// this one in the same chain.
+#[inline(always)]
+pub(crate) fn signal_decision(run: &mut u64, capacity: u64, asked: bool, remaining: u64) -> bool {
+    if asked || *run + 1 + remaining >= capacity.div_ceil(2) {
+        *run = 0;
+        true
+    } else {
+        *run += 1;
+        false
+    }
+}

@@ -1,0 +1,26 @@
+//! A deterministic simulation of the engine against a reference model
+//! (tests only): a simulated device behind the same `Provider` seam the
+//! device sits behind, completing requests in every order the verbs
+//! specification allows and, when hostile, in orders it forbids; after
+//! every step, the model checks that no buffer is handed back or freed
+//! while the device may use it, that none is lost, that no queue wedges,
+//! and that the data path allocates nothing.
+//!
+//! `cargo test --lib sim` runs the CI budget (printing its operation
+//! count); `VERBS_SIM_OPS=N VERBS_SIM_SEEDS=K` runs more, and
+//! `VERBS_SIM_SEED=S` replays one seed exactly.
+//!
+//! # Safety
+//!
+//! Test code, allowed `unsafe` to read the work requests the engine posts
+//! (the seam's contract) and to count allocations.
+#![allow(unsafe_code)]
+
+mod alloc_count;
+mod device;
+mod model;
+mod rng;
+mod run;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,87 @@
+//! The reference model: plain maps of which buffers exist, which were
+//! freed, and on which queue pair each was last posted. With the device's
+//! record of what it still holds, it says after every step whether the
+//! engine kept its promise: no buffer handed back or freed while posted,
+//! every buffer back or freed once, none lost unless its queue pair leaked.
+
+use alloc::collections::{BTreeMap, BTreeSet};
+
+use super::device::busy;
+
+/// Where a buffer was last posted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Home {
+    /// Queue pair slot `index` (its rings or its prepared requests).
+    Qp(u32),
+    /// The shared receive queue.
+    Srq,
+}
+
+#[derive(Default)]
+struct State {
+    created: u64,
+    dropped: BTreeSet<u64>,
+    home: BTreeMap<u64, Home>,
+}
+
+std::thread_local! {
+    static MODEL: core::cell::RefCell<State> = core::cell::RefCell::new(State::default());
+}
+
+/// Starts a fresh model (one per run).
+pub(crate) fn reset() {
+    MODEL.with(|m| *m.borrow_mut() = State::default());
+}
+
+/// A new buffer's id.
+pub(crate) fn new_id() -> u64 {
+    MODEL.with(|m| {
+        let mut m = m.borrow_mut();
+        m.created += 1;
+        m.created
+    })
+}
+
+/// `id` was dropped: never twice.
+pub(crate) fn note_dropped(id: u64) {
+    MODEL.with(|m| {
+        let fresh = m.borrow_mut().dropped.insert(id);
+        assert!(fresh, "buffer {id} dropped twice");
+    });
+}
+
+/// `id` is being posted to `home`.
+pub(crate) fn note_posted(id: u64, home: Home) {
+    MODEL.with(|m| {
+        m.borrow_mut().home.insert(id, home);
+    });
+}
+
+/// The engine handed `id` back: the device must be done with it.
+pub(crate) fn check_handed_back(id: u64, seed: u64, step: u64) {
+    assert!(
+        !busy(id),
+        "seed {seed} step {step}: buffer {id} handed back while the device may still use it"
+    );
+}
+
+/// At the end: every buffer not dropped belongs to a queue (pair) whose
+/// destroy failed (`leaked`), and so was leaked on purpose.
+pub(crate) fn check_nothing_lost(leaked: &BTreeSet<Home>, seed: u64) -> u64 {
+    MODEL.with(|m| {
+        let m = m.borrow();
+        let mut kept = 0;
+        for id in 1..=m.created {
+            if m.dropped.contains(&id) {
+                continue;
+            }
+            let home = m.home.get(&id).copied();
+            assert!(
+                home.is_some_and(|h| leaked.contains(&h)),
+                "seed {seed}: buffer {id} (last posted to {home:?}) was lost: neither returned, freed, nor leaked with a failed destroy"
+            );
+            kept += 1;
+        }
+        kept
+    })
+}
