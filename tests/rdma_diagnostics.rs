@@ -37,9 +37,7 @@ fn line<'a>(out: &'a str, check: &str) -> &'a str {
 
 #[test]
 fn devinfo_lists_the_device_and_its_gid_table() {
-    let Some(ctx) = support::test_context("devinfo_lists_the_device_and_its_gid_table") else {
-        return;
-    };
+    let ctx = support::test_context("devinfo_lists_the_device_and_its_gid_table");
     let name = ctx.name();
     let (ok, out) = support::run(Command::new(support::example("devinfo")).args(["--dev", name]));
     assert!(ok, "devinfo failed");
@@ -77,9 +75,7 @@ fn devinfo_lists_the_device_and_its_gid_table() {
 
 #[test]
 fn doctor_passes_every_check_on_a_healthy_device() {
-    let Some(ctx) = support::test_context("doctor_passes_every_check_on_a_healthy_device") else {
-        return;
-    };
+    let ctx = support::test_context("doctor_passes_every_check_on_a_healthy_device");
     let (ok, out) = doctor(&ctx, &[]);
     assert!(ok, "doctor failed on a healthy device");
     assert!(!out.contains("[FAIL]"));
@@ -106,10 +102,7 @@ fn doctor_passes_every_check_on_a_healthy_device() {
 
 #[test]
 fn doctor_fails_the_memlock_check_under_a_low_limit() {
-    let Some(ctx) = support::test_context("doctor_fails_the_memlock_check_under_a_low_limit")
-    else {
-        return;
-    };
+    let ctx = support::test_context("doctor_fails_the_memlock_check_under_a_low_limit");
     // CAP_IPC_LOCK (root in the guest) lifts the limit, so drop it too:
     // otherwise the 64 MiB registration succeeds and doctor only warns.
     let mut cmd = Command::new("prlimit");
@@ -136,9 +129,7 @@ fn doctor_fails_the_memlock_check_under_a_low_limit() {
 
 #[test]
 fn doctor_flags_a_forced_link_local_gid() {
-    let Some(ctx) = support::test_context("doctor_flags_a_forced_link_local_gid") else {
-        return;
-    };
+    let ctx = support::test_context("doctor_flags_a_forced_link_local_gid");
     let table = ctx.gid_table(1).expect("GID table");
     let link_local = table.iter().find(|e| e.gid.is_link_local());
     let routable = table
@@ -160,10 +151,7 @@ fn doctor_flags_a_forced_link_local_gid() {
 
 #[test]
 fn doctor_fails_gid_indexes_past_the_table_or_empty() {
-    let Some(ctx) = support::test_context("doctor_fails_gid_indexes_past_the_table_or_empty")
-    else {
-        return;
-    };
+    let ctx = support::test_context("doctor_fails_gid_indexes_past_the_table_or_empty");
     let len = ctx.query_port(1).unwrap().gid_tbl_len();
     let table = ctx.gid_table(1).expect("GID table");
     let empty = (0..len).find(|i| !table.iter().any(|e| e.index == *i && !e.gid.is_zero()));

@@ -5,7 +5,10 @@ mod support;
 
 use std::time::Duration;
 
-use verbs::{Deadline, MemoryRegion, ProtectionDomain, QpConfig, QueuePair, RecvRequest, SendOp};
+use verbs::{
+    Deadline, EngineConfig, MemoryRegion, ProtectionDomain, QpConfig, QueuePair, RecvRequest,
+    SendOp,
+};
 
 type Qp = QueuePair<MemoryRegion>;
 
@@ -19,24 +22,32 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-fn event_pair(name: &str) -> Option<(ProtectionDomain, Qp, Qp)> {
-    let ctx = support::test_context(name)?;
+fn event_pair(name: &str) -> (ProtectionDomain, Qp, Qp) {
+    let ctx = support::test_context(name);
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let config = QpConfig {
-        events: true,
         max_recv_wr: 256,
         ..support::config()
     };
-    let (a, b) = support::connected_pair_with(&pd, &config, &Default::default());
-    assert!(b.cq().event_fd().is_some(), "an event fd for poll/epoll");
-    Some((pd, a, b))
+    let events = EngineConfig {
+        events: true,
+        ..EngineConfig::default()
+    };
+    let mut a = Qp::with_engine(&pd, &config, &events).unwrap();
+    let mut b = Qp::with_engine(&pd, &config, &events).unwrap();
+    let (ea, eb) = (a.endpoint(), b.endpoint());
+    a.connect(&eb).unwrap();
+    b.connect(&ea).unwrap();
+    assert!(
+        b.engine().event_fd().is_some(),
+        "an event fd for poll/epoll"
+    );
+    (pd, a, b)
 }
 
 #[test]
 fn a_waiting_thread_sleeps_and_wakes_on_a_completion() {
-    let Some((pd, mut a, mut b)) = event_pair("a_waiting_thread_sleeps_and_wakes") else {
-        return;
-    };
+    let (pd, mut a, mut b) = event_pair("a_waiting_thread_sleeps_and_wakes");
     b.post_recv(RecvRequest::new(MemoryRegion::new(&pd, 4096).unwrap()))
         .map_err(|e| e.error)
         .unwrap();
@@ -46,8 +57,8 @@ fn a_waiting_thread_sleeps_and_wakes_on_a_completion() {
         let cpu0 = thread_cpu();
         let t0 = std::time::Instant::now();
         let mut got = None;
-        b.wait_event(Deadline::after(Duration::from_secs(30)), false, |c| {
-            got = Some(c)
+        b.wait(Deadline::after(Duration::from_secs(30)), |c| {
+            got = Some(c.into_owned())
         })
         .unwrap();
         (
@@ -76,9 +87,7 @@ fn a_waiting_thread_sleeps_and_wakes_on_a_completion() {
 
 #[test]
 fn no_completion_is_lost_across_ten_thousand_wake_ups() {
-    let Some((pd, mut a, mut b)) = event_pair("no_completion_is_lost") else {
-        return;
-    };
+    let (pd, mut a, mut b) = event_pair("no_completion_is_lost");
     const N: u64 = 10_000;
     let recv_buf = || RecvRequest::new(MemoryRegion::new(&pd, 4096).unwrap());
     for _ in 0..128 {
@@ -89,8 +98,8 @@ fn no_completion_is_lost_across_ten_thousand_wake_ups() {
         let mut seen = vec![false; N as usize];
         while received < N {
             let mut inbox = Vec::new();
-            b.wait_event(Deadline::after(Duration::from_secs(60)), false, |c| {
-                inbox.push(c)
+            b.wait(Deadline::after(Duration::from_secs(60)), |c| {
+                inbox.push(c.into_owned())
             })
             .unwrap();
             wakeups += 1;
@@ -142,20 +151,20 @@ fn no_completion_is_lost_across_ten_thousand_wake_ups() {
 
 #[test]
 fn solicited_only_wakes_on_the_solicited_send() {
-    let Some((pd, mut a, mut b)) = event_pair("solicited_only_wakes_on_the_solicited_send") else {
-        return;
-    };
+    let (pd, mut a, mut b) = event_pair("solicited_only_wakes_on_the_solicited_send");
     for _ in 0..2 {
         b.post_recv(RecvRequest::new(MemoryRegion::new(&pd, 4096).unwrap()))
             .map_err(|e| e.error)
             .unwrap();
     }
     // Arm for solicited events, then deliver an unsolicited send: no event.
-    b.cq().req_notify(true).unwrap();
+    b.engine().arm(true).unwrap();
     a.post_inline(SendOp::Send, b"quiet", 1, true).unwrap();
     a.wait_one(support::deadline()).unwrap().result().unwrap();
     assert!(
-        !b.cq().wait_readable(500).unwrap(),
+        !b.engine()
+            .sleep_until_event(Deadline::after(Duration::from_millis(500)))
+            .unwrap(),
         "an unsolicited completion sends no event"
     );
     // A solicited send does wake it.
@@ -163,7 +172,7 @@ fn solicited_only_wakes_on_the_solicited_send() {
     req = req.tag(2);
     a.post_send(req).map_err(|e| e.error).unwrap();
     assert!(
-        b.cq().wait_readable(20_000).unwrap(),
+        b.engine().sleep_until_event(support::deadline()).unwrap(),
         "the solicited completion sends an event"
     );
     let mut n = 0;

@@ -195,12 +195,12 @@ const READ_BACK: &[&str] = &["[client] RDMA Read got: 'Hello, RDMA from client a
 
 /// The device under test and the GID index the crate chooses on it (what
 /// hello_write will use), for the C peer.
-fn device_and_gid(test: &str) -> Option<(String, u32)> {
-    let ctx = support::test_context(test)?;
+fn device_and_gid(test: &str) -> (String, u32) {
+    let ctx = support::test_context(test);
     let table = ctx.gid_table(1).expect("read port 1's GID table");
     let index = verbs::device::choose_gid_index(&table)
         .unwrap_or_else(|| panic!("no usable GID on {}: {table:?}", ctx.name()));
-    Some((ctx.name().to_string(), index))
+    (ctx.name().to_string(), index)
 }
 
 /// A directory under /tmp, removed on drop.
@@ -248,9 +248,7 @@ fn free_port() -> u16 {
 
 #[test]
 fn loopback_in_one_process() {
-    let Some((dev, _)) = device_and_gid("hello_write loopback") else {
-        return;
-    };
+    let (dev, _) = device_and_gid("hello_write loopback");
     let example = support::example("hello_write");
     let run = Running::spawn("hello_write", Command::new(&example).args(["--dev", &dev]));
     let outcomes = finish(vec![run]);
@@ -267,9 +265,7 @@ fn loopback_in_one_process() {
 #[cfg(feature = "rdmacm")]
 #[test]
 fn loopback_over_rdma_cm() {
-    let Some((dev, _)) = device_and_gid("hello_write --cm loopback") else {
-        return;
-    };
+    let (dev, _) = device_and_gid("hello_write --cm loopback");
     let example = support::example("hello_write");
     let port = free_port().to_string();
     let run = Running::spawn(
@@ -296,9 +292,7 @@ fn loopback_over_rdma_cm() {
 /// Our client writes into the C server's memory (the primer's server.c role).
 #[test]
 fn our_client_against_c_server() {
-    let Some((dev, gid)) = device_and_gid("hello_write client vs C server") else {
-        return;
-    };
+    let (dev, gid) = device_and_gid("hello_write client vs C server");
     let example = support::example("hello_write");
     let (_dir, peer) = build_peer("server");
     let port = free_port().to_string();
@@ -333,16 +327,14 @@ fn our_client_against_c_server() {
 /// The C client (the primer's client.c role) writes into our server's memory.
 #[test]
 fn c_client_against_our_server() {
-    let Some((dev, gid)) = device_and_gid("C client vs hello_write server") else {
-        return;
-    };
+    let (dev, gid) = device_and_gid("C client vs hello_write server");
     let example = support::example("hello_write");
     let (_dir, peer) = build_peer("client");
     let port = free_port().to_string();
     let server = Running::spawn(
         "hello_write server",
         Command::new(&example).args([
-            "server", "--wire", "tutorial", "--port", &port, "--dev", &dev,
+            "server", "--once", "--wire", "tutorial", "--port", &port, "--dev", &dev,
         ]),
     );
     // The C client retries until the server listens.

@@ -1,18 +1,19 @@
 //! Prepared requests (built once, posted again and again) and the lending
-//! poll (`poll_ref`, and per queue with a separate receive CQ), on a real
+//! poll (`poll`, and per queue with a separate receive CQ), on a real
 //! device: data lands byte-exact on every post, buffers stay out of reach
 //! while a post is in flight, and misuse is refused.
 
 mod support;
 
 use verbs::{
-    CompletionRef, ErrorKind, Local, MemoryRegion, ProtectionDomain, QpConfig, QueuePair,
-    RecvRequest, RemoteSlice, SendOp, SendRequest, WcOpcode, WcStatus,
+    CompletionRef, EngineConfig, ErrorKind, HostBuf, Local, MemoryRegion, Prepared,
+    ProtectionDomain, Queue, QueuePair, RecvRequest, RemoteSlice, SendOp, SendRequest, WcOpcode,
+    WcStatus,
 };
 
 type Qp = QueuePair<MemoryRegion>;
 
-fn setup(name: &str) -> Option<(ProtectionDomain, Qp, Qp)> {
+fn setup(name: &str) -> (ProtectionDomain, Qp, Qp) {
     support::pd_and_pair(name)
 }
 
@@ -28,16 +29,16 @@ fn remote_target(
     (region, dst)
 }
 
-/// Polls `qp` with `poll_ref` until one request came back; returns its
+/// Polls `qp` until one request came back; returns its
 /// (tag, prepared handle, status, opcode, byte_len).
-fn next(qp: &mut Qp) -> (u64, Option<verbs::Prepared>, WcStatus, WcOpcode, u32) {
+fn next(qp: &mut Qp) -> (u64, Option<Prepared>, WcStatus, WcOpcode, u32) {
     let deadline = support::deadline();
     loop {
         let mut got = None;
-        qp.poll_ref(|c| {
+        qp.poll(|c| {
             got = Some((c.tag(), c.prepared(), c.status(), c.opcode(), c.byte_len()));
         })
-        .expect("poll_ref");
+        .expect("poll");
         if let Some(g) = got {
             return g;
         }
@@ -47,10 +48,7 @@ fn next(qp: &mut Qp) -> (u64, Option<verbs::Prepared>, WcStatus, WcOpcode, u32) 
 
 #[test]
 fn a_prepared_write_posted_again_lands_each_new_payload() {
-    let Some((pd, mut a, _b)) = setup("a_prepared_write_posted_again_lands_each_new_payload")
-    else {
-        return;
-    };
+    let (pd, mut a, _b) = setup("a_prepared_write_posted_again_lands_each_new_payload");
     let (target, dst) = remote_target(&pd, 4096, 256);
     let local = Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, 256).unwrap();
     let w = a
@@ -75,7 +73,10 @@ fn a_prepared_write_posted_again_lands_each_new_payload() {
             .expect_err("the buffer is the NIC's until completion");
         assert_eq!(err.kind(), ErrorKind::BadState);
         let (tag, prepared, status, opcode, _) = next(&mut a);
-        assert_eq!((tag, prepared, status), (9, Some(w), WcStatus::SUCCESS));
+        assert_eq!(
+            (tag, prepared, status),
+            (9, Some(Prepared::Send(w)), WcStatus::SUCCESS)
+        );
         assert_eq!(opcode, WcOpcode::RDMA_WRITE);
         let mut landed = vec![0u8; 256];
         target.read_at(0, &mut landed).unwrap();
@@ -92,17 +93,12 @@ fn a_prepared_write_posted_again_lands_each_new_payload() {
 
 #[test]
 fn prepared_receives_are_posted_again_and_read_between_posts() {
-    let Some((pd, mut a, mut b)) =
-        setup("prepared_receives_are_posted_again_and_read_between_posts")
-    else {
-        return;
-    };
+    let (pd, mut a, mut b) = setup("prepared_receives_are_posted_again_and_read_between_posts");
     let inbox = Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, 1024).unwrap();
     let r = b
         .prepare_recv(RecvRequest::new(inbox).tag(3))
         .map_err(|e| e.error)
         .unwrap();
-    assert!(r.is_recv());
     let msg = Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, 1000).unwrap();
     let s = a
         .prepare_send(SendRequest::new(SendOp::Send, msg))
@@ -117,7 +113,7 @@ fn prepared_receives_are_posted_again_and_read_between_posts() {
         let (tag, prepared, status, opcode, len) = next(&mut b);
         assert_eq!(
             (tag, prepared, status, len),
-            (3, Some(r), WcStatus::SUCCESS, 1000)
+            (3, Some(Prepared::Recv(r)), WcStatus::SUCCESS, 1000)
         );
         assert_eq!(opcode, WcOpcode::RECV);
         let mut got = vec![0u8; 1000];
@@ -135,11 +131,8 @@ fn prepared_receives_are_posted_again_and_read_between_posts() {
 /// crate sets those pointers where entries move, not at every post).
 #[test]
 fn prepared_requests_still_post_their_own_buffers_after_the_table_grows() {
-    let Some((pd, mut a, mut b)) =
-        setup("prepared_requests_still_post_their_own_buffers_after_the_table_grows")
-    else {
-        return;
-    };
+    let (pd, mut a, mut b) =
+        setup("prepared_requests_still_post_their_own_buffers_after_the_table_grows");
     let (target, dst) = remote_target(&pd, 4096, 64);
     let region = || MemoryRegion::new(&pd, 64).unwrap();
     let w = a
@@ -204,7 +197,7 @@ fn prepared_requests_still_post_their_own_buffers_after_the_table_grows() {
     let (tag, prepared, status, _, len) = next(&mut b);
     assert_eq!(
         (tag, prepared, status, len),
-        (5, Some(r), WcStatus::SUCCESS, 64)
+        (5, Some(Prepared::Recv(r)), WcStatus::SUCCESS, 64)
     );
     let mut got = vec![0u8; 64];
     b.read_prepared(r, 0, &mut got).unwrap();
@@ -213,9 +206,7 @@ fn prepared_requests_still_post_their_own_buffers_after_the_table_grows() {
 
 #[test]
 fn prepared_requests_refuse_misuse() {
-    let Some((pd, mut a, mut b)) = setup("prepared_requests_refuse_misuse") else {
-        return;
-    };
+    let (pd, mut a, mut b) = setup("prepared_requests_refuse_misuse");
     let (target, dst) = remote_target(&pd, 8192, 512);
     // Checked once, at prepare: local data longer than the remote slice.
     let long = Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, 1024).unwrap();
@@ -271,11 +262,7 @@ fn prepared_requests_refuse_misuse() {
 
 #[test]
 fn a_prepared_request_stays_busy_until_its_last_post_completes() {
-    let Some((pd, mut a, _b)) =
-        setup("a_prepared_request_stays_busy_until_its_last_post_completes")
-    else {
-        return;
-    };
+    let (pd, mut a, _b) = setup("a_prepared_request_stays_busy_until_its_last_post_completes");
     let (_target, dst) = remote_target(&pd, 4096, 64);
     let local = Local::range(MemoryRegion::new(&pd, 64).unwrap(), 0, 64).unwrap();
     let w = a
@@ -288,7 +275,7 @@ fn a_prepared_request_stays_busy_until_its_last_post_completes() {
     let first = a.wait_one(support::deadline()).unwrap();
     assert_eq!(
         (first.prepared(), first.status),
-        (Some(w), WcStatus::SUCCESS)
+        (Some(Prepared::Send(w)), WcStatus::SUCCESS)
     );
     let err = a
         .prepared_buf(w)
@@ -298,7 +285,7 @@ fn a_prepared_request_stays_busy_until_its_last_post_completes() {
     let second = a.wait_one(support::deadline()).unwrap();
     assert_eq!(
         (second.prepared(), second.status),
-        (Some(w), WcStatus::SUCCESS)
+        (Some(Prepared::Send(w)), WcStatus::SUCCESS)
     );
     a.prepared_buf(w)
         .expect("free once the last post completed");
@@ -307,11 +294,8 @@ fn a_prepared_request_stays_busy_until_its_last_post_completes() {
 
 #[test]
 fn prepared_receives_count_in_flight_among_plain_receives_and_flush_on_reset() {
-    let Some((pd, mut a, mut b)) =
-        setup("prepared_receives_count_in_flight_among_plain_receives_and_flush_on_reset")
-    else {
-        return;
-    };
+    let (pd, mut a, mut b) =
+        setup("prepared_receives_count_in_flight_among_plain_receives_and_flush_on_reset");
     let inbox = |len| Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, len).unwrap();
     let r1 = b
         .prepare_recv(RecvRequest::new(inbox(100)).tag(3))
@@ -353,7 +337,7 @@ fn prepared_receives_count_in_flight_among_plain_receives_and_flush_on_reset() {
     let mut got = Vec::new();
     let deadline = support::deadline();
     while got.len() < 3 {
-        b.poll_ref(|c| got.push((c.tag(), c.prepared(), c.status(), c.opcode(), c.byte_len())))
+        b.poll(|c| got.push((c.tag(), c.prepared(), c.status(), c.opcode(), c.byte_len())))
             .unwrap();
         assert!(!deadline.passed(), "only {} receives completed", got.len());
     }
@@ -362,9 +346,9 @@ fn prepared_receives_count_in_flight_among_plain_receives_and_flush_on_reset() {
     assert_eq!(
         got,
         [
-            (3, Some(r1), ok, recv, 100),
+            (3, Some(Prepared::Recv(r1)), ok, recv, 100),
             (5, None, ok, recv, 200),
-            (7, Some(r2), ok, recv, 300)
+            (7, Some(Prepared::Recv(r2)), ok, recv, 300)
         ]
     );
     assert_eq!(b.in_flight(), (0, 0));
@@ -375,24 +359,26 @@ fn prepared_receives_count_in_flight_among_plain_receives_and_flush_on_reset() {
     // A flushed prepared receive comes back with its handle, and frees it.
     b.post_prepared(r1).unwrap();
     let mut flushed = Vec::new();
-    b.reset(&support::config(), support::deadline(), |c| {
-        flushed.push((c.tag, c.prepared(), c.status, c.opcode))
+    b.reset(support::deadline(), |c| {
+        flushed.push((c.tag(), c.prepared(), c.status(), c.opcode()))
     })
     .unwrap();
     assert_eq!(
         flushed,
-        [(3, Some(r1), WcStatus::WR_FLUSH_ERR, WcOpcode::RECV)]
+        [(
+            3,
+            Some(Prepared::Recv(r1)),
+            WcStatus::WR_FLUSH_ERR,
+            WcOpcode::RECV
+        )]
     );
     assert_eq!(b.in_flight(), (0, 0));
     assert_eq!(b.release_prepared(r1).unwrap().count(), 1);
 }
 
 #[test]
-fn poll_ref_hands_back_unsignaled_requests_with_their_buffers() {
-    let Some((pd, mut a, _b)) = setup("poll_ref_hands_back_unsignaled_requests_with_their_buffers")
-    else {
-        return;
-    };
+fn poll_hands_back_unsignaled_requests_with_their_buffers() {
+    let (pd, mut a, _b) = setup("poll_hands_back_unsignaled_requests_with_their_buffers");
     let (_target, dst) = remote_target(&pd, 4096, 64);
     for k in 0..4u64 {
         let local = Local::range(MemoryRegion::new(&pd, 64).unwrap(), 0, 64).unwrap();
@@ -403,7 +389,7 @@ fn poll_ref_hands_back_unsignaled_requests_with_their_buffers() {
     let mut seen = Vec::new();
     let deadline = support::deadline();
     while seen.len() < 4 {
-        a.poll_ref(|mut c| {
+        a.poll(|mut c| {
             c.result().unwrap();
             let buf = c.take_buf();
             // An unsignaled request has no entry of its own: no length.
@@ -437,10 +423,7 @@ fn poll_ref_hands_back_unsignaled_requests_with_their_buffers() {
 
 #[test]
 fn inline_requests_land_without_the_nic_reading_their_buffer() {
-    let Some((pd, mut a, _b)) = setup("inline_requests_land_without_the_nic_reading_their_buffer")
-    else {
-        return;
-    };
+    let (pd, mut a, _b) = setup("inline_requests_land_without_the_nic_reading_their_buffer");
     let granted = a.caps().max_inline_data as usize;
     assert!(
         granted >= 16,
@@ -466,7 +449,10 @@ fn inline_requests_land_without_the_nic_reading_their_buffer() {
         a.write_prepared(w, 0, &data).unwrap();
         a.post_prepared(w).unwrap();
         let (_, prepared, status, _, _) = next(&mut a);
-        assert_eq!((prepared, status), (Some(w), WcStatus::SUCCESS));
+        assert_eq!(
+            (prepared, status),
+            (Some(Prepared::Send(w)), WcStatus::SUCCESS)
+        );
         let mut landed = vec![0u8; granted];
         target.read_at(0, &mut landed).unwrap();
         assert_eq!(landed, data, "round {round} landed byte-exact");
@@ -510,25 +496,28 @@ fn inline_requests_land_without_the_nic_reading_their_buffer() {
 #[test]
 fn with_a_separate_receive_cq_each_poll_takes_only_its_queue() {
     let name = "with_a_separate_receive_cq_each_poll_takes_only_its_queue";
-    let Some(ctx) = support::test_context(name) else {
-        return;
-    };
+    let ctx = support::test_context(name);
     let pd = ProtectionDomain::new(&ctx).expect("alloc PD");
-    let config = QpConfig {
+    let config = support::config();
+    let separate = EngineConfig {
         separate_recv_cq: true,
-        ..support::config()
+        ..EngineConfig::default()
     };
-    let refused = QueuePair::<MemoryRegion>::new(
+    let refused = QueuePair::<MemoryRegion>::with_engine(
         &pd,
-        &QpConfig {
+        &config,
+        &EngineConfig {
             events: true,
-            ..config
+            ..separate
         },
     )
     .expect_err("events sleep on one CQ");
     assert_eq!(refused.kind(), ErrorKind::InvalidArgument);
-    let (mut a, mut b): (Qp, Qp) =
-        support::connected_pair_with(&pd, &config, &verbs::ConnectOptions::default());
+    let mut a = Qp::with_engine(&pd, &config, &separate).unwrap();
+    let mut b = Qp::with_engine(&pd, &config, &separate).unwrap();
+    let (ea, eb) = (a.endpoint(), b.endpoint());
+    a.connect(&eb).unwrap();
+    b.connect(&ea).unwrap();
     let buf = |len| Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, len).unwrap();
     a.post_recv(RecvRequest::new(buf(64)).tag(1))
         .map_err(|e| e.error)
@@ -550,7 +539,7 @@ fn with_a_separate_receive_cq_each_poll_takes_only_its_queue() {
     assert_eq!(sent, [(10, false)], "the send CQ holds the send only");
     let received = polled(&mut a, "recv");
     assert_eq!(received, [(1, true)], "the receive CQ holds the receive");
-    assert_eq!(polled(&mut b, "both"), [(2, true)], "poll_ref takes both");
+    assert_eq!(polled(&mut b, "both"), [(2, true)], "poll takes both");
 }
 
 /// Polls `qp`'s `cq` ("send", "recv", or both) until something comes back;
@@ -561,9 +550,9 @@ fn polled(qp: &mut Qp, cq: &str) -> Vec<(u64, bool)> {
     while seen.is_empty() {
         let mut note = |c: CompletionRef<'_, MemoryRegion>| seen.push((c.tag(), c.is_recv()));
         match cq {
-            "send" => qp.poll_send_ref(&mut note),
-            "recv" => qp.poll_recv_ref(&mut note),
-            _ => qp.poll_ref(&mut note),
+            "send" => qp.engine_mut().poll_queue(Queue::Send, &mut note),
+            "recv" => qp.engine_mut().poll_queue(Queue::Recv, &mut note),
+            _ => qp.poll(&mut note),
         }
         .unwrap();
         assert!(!deadline.passed(), "nothing came back on the {cq} CQ");
