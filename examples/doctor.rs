@@ -17,11 +17,10 @@ use verbs::device::{
     choose_gid_index, validate_gid_index, GidType, LinkLayer, PortAttr, PortState,
 };
 use verbs::error::errno_name;
-use verbs::qp::PathInfo;
 use verbs::sys::ibv_atomic_cap;
 use verbs::{
-    Access, Context, Deadline, Endpoint, GidEntry, Local, MemoryRegion, Mtu, ProtectionDomain,
-    QpConfig, QueuePair, RecvRequest, RemoteSlice, SendOp, SendRequest,
+    Access, Context, Deadline, Endpoint, GidEntry, HostBuf, Local, MemoryRegion, Mtu, NicBuf,
+    PathInfo, ProtectionDomain, QpConfig, QueuePair, RecvRequest, RemoteSlice, SendOp, SendRequest,
 };
 
 const USAGE: &str = "usage: doctor [--dev NAME] [--port N] [--gid-index N]";
@@ -29,8 +28,8 @@ const USAGE: &str = "usage: doctor [--dev NAME] [--port N] [--gid-index N]";
 const MEMLOCK_PROBE: usize = 64 << 20;
 /// Linux's capability number of CAP_IPC_LOCK, which lifts the memlock limit.
 const CAP_IPC_LOCK: u32 = 14;
-const REMOTE: Access =
-    Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_ATOMIC.0);
+/// Remote write, read and atomic.
+const REMOTE: Access = Access::REMOTE;
 
 type Qp = QueuePair<MemoryRegion>;
 type TestResult = Result<String, Box<dyn StdError>>;
@@ -448,7 +447,7 @@ fn check_access(pd: &ProtectionDomain, r: &mut Report) {
         Err(e) => r.fail("remote region", e),
     }
     match MemoryRegion::new(pd, 4096) {
-        Ok(mr) if mr.remote().is_none() && !mr.is_remote_accessible() => {
+        Ok(mr) if mr.remote().is_none() && !mr.access().grants_remote() && !mr.peer_writable() => {
             r.ok("local region", "local-only region exposes no rkey")
         }
         Ok(mr) => r.fail(

@@ -4,37 +4,44 @@
 //!
 //! ```text
 //! cargo run --example hello_write                 # both sides in one process, first device
-//! cargo run --example hello_write server [OPTS]    # on one machine
+//! cargo run --example hello_write server [OPTS]    # on one machine; serves client after client
 //! cargo run --example hello_write client HOST [OPTS]
 //!   --dev NAME        device (default: the first)
 //!   --port N          TCP port of the connection exchange (default 18515)
 //!   --gid-index N     GID index (default: chosen: RoCE v2, IPv4-mapped first)
-//!   --wire tutorial   speak the primer's 36-byte conn_info (talks to its server.c/client.c)
+//!   --token SECRET    the server reveals its memory only to clients that present it
+//!   --once            the server serves one client and exits with its verdict
+//!   --wire tutorial   speak the primer's 36-byte conn_info (talks to its server.c/client.c;
+//!                     unauthenticated: anyone who connects learns the rkey)
 //!   --cm              connect with rdma_cm instead (build with --features rdmacm);
 //!                     the server's memory descriptor travels in the accept's private data
 //! ```
-//! Exit status 0 only if the bytes really arrived.
+//! The server logs a client it drops (garbage, a port scan, a bad token, a
+//! silent client) in one line and serves the next. Exit status 0 only if
+//! the bytes really arrived (the server: with `--once`).
 
 use std::net::TcpListener;
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use verbs::exchange::{self, Session};
+use verbs::exchange::{self, Handshake, Server, ServerConfig, Session, Token, TutorialSide};
 use verbs::wire::tutorial::{ConnInfo, TUTORIAL_BUF_SIZE, TUTORIAL_TCP_PORT};
 use verbs::{
-    Access, Context, Deadline, Endpoint, Local, MemoryRegion, ProtectionDomain, QpConfig,
-    QueuePair, RemoteRegion, RemoteSlice, SendOp, SendRequest,
+    Access, Context, Deadline, Endpoint, HostBuf, Local, MemoryRegion, NicBuf, ProtectionDomain,
+    QpConfig, QueuePair, RemoteRegion, RemoteSlice, SendOp, SendRequest,
 };
 
 const BUF_SIZE: usize = 4096;
 const INITIAL: &str = "(initial server memory)";
-const USAGE: &str = "usage: hello_write [server | client HOST] [--dev NAME] [--port N] [--gid-index N] [--wire tutorial] [--cm]";
+const USAGE: &str = "usage: hello_write [server | client HOST] [--dev NAME] [--port N] [--gid-index N] [--token SECRET] [--once] [--wire tutorial] [--cm]";
 
 #[derive(Clone, Debug)]
 struct Options {
     dev: Option<String>,
     port: u16,
     gid_index: Option<u32>,
+    token: Option<Token>,
+    once: bool,
     tutorial: bool,
     cm: bool,
 }
@@ -74,6 +81,8 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Options), String> {
         dev: None,
         port: TUTORIAL_TCP_PORT,
         gid_index: None,
+        token: None,
+        once: false,
         tutorial: false,
         cm: false,
     };
@@ -106,6 +115,12 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Options), String> {
                 "verbs" => opts.tutorial = false,
                 other => return Err(format!("unknown wire format {other:?} (tutorial or verbs)")),
             },
+            "--token" => {
+                let secret = value("--token")?;
+                opts.token =
+                    Some(Token::new(secret.as_bytes()).map_err(|e| format!("--token: {e}"))?);
+            }
+            "--once" => opts.once = true,
             "--cm" => opts.cm = true,
             "-h" | "--help" => return Err("help".into()),
             other => return Err(format!("unexpected argument {other:?}")),
@@ -124,7 +139,10 @@ fn loopback(opts: &Options) -> Result<(), BoxError> {
         ..opts.clone()
     };
     println!("[main] loopback on one device: server and client in one process, exchange on 127.0.0.1:{port}");
-    let server_opts = opts.clone();
+    let server_opts = Options {
+        once: true,
+        ..opts.clone()
+    };
     let server =
         std::thread::spawn(move || server(&server_opts, Some(listener)).map_err(|e| e.to_string()));
     let client_result = client(&opts, "127.0.0.1");
@@ -135,75 +153,136 @@ fn loopback(opts: &Options) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn setup(opts: &Options, remote: Access) -> Result<(Context, ProtectionDomain, Qp), BoxError> {
+/// The side that only exposes memory and watches it change, for one
+/// client after another (or one, with `--once`).
+fn server(opts: &Options, listener: Option<TcpListener>) -> Result<(), BoxError> {
     let ctx = Context::open(opts.dev.as_deref())?;
     let pd = ProtectionDomain::new(&ctx)?;
+    let mut mr =
+        MemoryRegion::with_access(&pd, BUF_SIZE, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
+    let listener = match listener {
+        Some(l) => l,
+        None => TcpListener::bind(("0.0.0.0", opts.port))?,
+    };
+    println!(
+        "[server] device {}, waiting for clients on TCP port {}...",
+        ctx.name(),
+        listener.local_addr()?.port()
+    );
+    if opts.tutorial {
+        let listener = exchange::Listener::from_std(listener)?;
+        loop {
+            let session = listener.accept(Deadline::NEVER)?;
+            let who = session.peer_addr();
+            let verdict = serve_tutorial(opts, &pd, &mut mr, session);
+            if let Some(done) = finish(opts, who, verdict) {
+                return done;
+            }
+        }
+    }
+    let config = ServerConfig {
+        token: opts.token.clone(),
+        ..ServerConfig::default()
+    };
+    let server = Server::from_std(listener, config, |peer, err| {
+        println!("[server] dropped {peer}: {err}")
+    })?;
+    loop {
+        let hello = server.next_client(Deadline::NEVER)?;
+        let who = hello.peer_addr();
+        let verdict = serve(opts, &pd, &mut mr, hello);
+        if let Some(done) = finish(opts, who, verdict) {
+            return done;
+        }
+    }
+}
+
+/// What one client's story means for the server: with `--once`, its
+/// verdict; otherwise a line, and on to the next client.
+fn finish(
+    opts: &Options,
+    who: Option<std::net::SocketAddr>,
+    verdict: Result<(), BoxError>,
+) -> Option<Result<(), BoxError>> {
+    let who = who.map_or_else(|| "a client".to_string(), |a| a.to_string());
+    match (&verdict, opts.once) {
+        (_, true) => return Some(verdict),
+        (Ok(()), false) => println!("[server] {who}: done; serving the next client"),
+        (Err(e), false) => println!("[server] {who}: {e}; serving the next client"),
+    }
+    None
+}
+
+/// One client of our wire: its hello was read and validated before we
+/// reveal anything; a queue pair of its own, our endpoint with the region
+/// only now, then the story.
+fn serve(
+    opts: &Options,
+    pd: &ProtectionDomain,
+    mr: &mut MemoryRegion,
+    hello: Handshake,
+) -> Result<(), BoxError> {
+    mr.write_at(0, &[0u8; BUF_SIZE])?;
+    mr.write_at(0, &cstring(INITIAL))?;
+    let mut qp = new_qp(opts, pd, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
+    let peer = hello.peer_endpoint().clone();
+    println!(
+        "[server] client QPN {}, GID {}; our QPN {}",
+        peer.qpn,
+        peer.gid,
+        qp.qp_num()
+    );
+    qp.connect(&peer)?;
+    // Printed before the reply: once the client has our rkey it may write.
+    println!("[server] before:  '{}'", text(mr));
+    let mut local = qp.endpoint();
+    local
+        .regions
+        .push(mr.remote().expect("remote access was granted"));
+    let bound = hello.expires();
+    let mut session = hello.reply(&local)?;
+    session.sync(bound)?; // the client knows we are watching
+    let seen = watch(mr);
+    // Stay up until the client has read the memory back.
+    session.sync(Deadline::after(Duration::from_secs(30)))?;
+    verdict(mr, seen, "")
+}
+
+/// One client of the primer's wire (server first, unauthenticated).
+fn serve_tutorial(
+    opts: &Options,
+    pd: &ProtectionDomain,
+    mr: &mut MemoryRegion,
+    mut session: Session,
+) -> Result<(), BoxError> {
+    mr.write_at(0, &[0u8; BUF_SIZE])?;
+    mr.write_at(0, &cstring(INITIAL))?;
+    println!("[server] before:  '{}'", text(mr));
+    let mut qp = new_qp(opts, pd, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
+    qp.set_psn(0)?;
+    let mut local = qp.endpoint();
+    local
+        .regions
+        .push(mr.remote().expect("remote access was granted"));
+    let info = ConnInfo::from_endpoint(&tutorial_endpoint(local))?;
+    let deadline = Deadline::after(Duration::from_secs(10));
+    let peer = session
+        .exchange_tutorial(&info, TutorialSide::Server, deadline)?
+        .to_endpoint(TUTORIAL_BUF_SIZE)?;
+    println!("[server] peer QPN {}, GID {}", peer.qpn, peer.gid);
+    qp.connect(&peer)?;
+    let seen = watch(mr);
+    std::thread::sleep(Duration::from_secs(5)); // the primer's client reads back after 2 s; leave margin
+    verdict(mr, seen, "")
+}
+
+fn new_qp(opts: &Options, pd: &ProtectionDomain, remote: Access) -> Result<Qp, BoxError> {
     let config = QpConfig {
         gid_index: opts.gid_index,
         remote_access: remote,
         ..QpConfig::default()
     };
-    let qp = QueuePair::new(&pd, &config)?;
-    Ok((ctx, pd, qp))
-}
-
-/// The side that only exposes memory and watches it change.
-fn server(opts: &Options, listener: Option<TcpListener>) -> Result<(), BoxError> {
-    let (ctx, pd, mut qp) = setup(opts, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
-    let mut mr =
-        MemoryRegion::with_access(&pd, BUF_SIZE, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
-    mr.write_at(0, &cstring(INITIAL))?;
-    let gid = qp.gid().map(|g| g.index).unwrap_or(0);
-    println!(
-        "[server] device {}, QPN {}, GID index {gid}",
-        ctx.name(),
-        qp.qp_num()
-    );
-    // Printed before the exchange: once the client has our rkey it may
-    // write at once (the tutorial's client does), before we could look.
-    println!("[server] before:  '{}'", text(&mr));
-
-    let listener = match listener {
-        Some(l) => exchange::Listener::from_std(l)?,
-        None => exchange::Listener::bind(("0.0.0.0", opts.port))?,
-    };
-    println!(
-        "[server] waiting for the client on TCP port {}...",
-        listener.local_addr()?.port()
-    );
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let mut session = listener.accept(deadline)?;
-    let peer = if opts.tutorial {
-        qp.set_psn(0)?;
-        let mut local = qp.endpoint();
-        local
-            .regions
-            .push(mr.remote().expect("remote access was granted"));
-        let info = ConnInfo::from_endpoint(&tutorial_endpoint(local))?;
-        session
-            .exchange_tutorial(&info, true, deadline)?
-            .to_endpoint(TUTORIAL_BUF_SIZE)?
-    } else {
-        let mut local = qp.endpoint();
-        local
-            .regions
-            .push(mr.remote().expect("remote access was granted"));
-        session.exchange(&local, deadline)?
-    };
-    println!("[server] peer QPN {}, GID {}", peer.qpn, peer.gid);
-    qp.connect(&peer)?;
-
-    if !opts.tutorial {
-        session.sync(deadline)?; // tell the client we are watching
-    }
-    let seen = watch(&mr);
-    if !opts.tutorial {
-        // Stay up until the client has read the memory back.
-        session.sync(Instant::now() + Duration::from_secs(60))?;
-    } else {
-        std::thread::sleep(Duration::from_secs(5)); // the primer's client reads back after 2 s; leave margin
-    }
-    verdict(&mr, seen, "")
+    Ok(QueuePair::new(pd, &config)?)
 }
 
 /// The server's last word: its memory after the client is done, and
@@ -220,7 +299,9 @@ fn verdict(mr: &MemoryRegion, seen: bool, note: &str) -> Result<(), BoxError> {
 
 /// The side that writes into the server's memory and reads it back.
 fn client(opts: &Options, host: &str) -> Result<(), BoxError> {
-    let (ctx, pd, mut qp) = setup(opts, Access::EMPTY)?;
+    let ctx = Context::open(opts.dev.as_deref())?;
+    let pd = ProtectionDomain::new(&ctx)?;
+    let mut qp = new_qp(opts, &pd, Access::EMPTY)?;
     let mut mr = MemoryRegion::new(&pd, BUF_SIZE)?;
     let message = format!("Hello, RDMA from client at PID {}!", std::process::id());
     mr.write_at(0, &cstring(&message))?;
@@ -231,9 +312,9 @@ fn client(opts: &Options, host: &str) -> Result<(), BoxError> {
         opts.port
     );
 
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let mut session: Session = exchange::connect((host, opts.port), deadline)?;
-    let peer = if opts.tutorial {
+    let deadline = Deadline::after(Duration::from_secs(60));
+    let (mut session, peer) = if opts.tutorial {
+        let mut session: Session = exchange::connect((host, opts.port), deadline)?;
         qp.set_psn(0)?;
         let mut local = qp.endpoint();
         local.regions.push(RemoteRegion {
@@ -242,11 +323,17 @@ fn client(opts: &Options, host: &str) -> Result<(), BoxError> {
             rkey: mr.rkey(),
         });
         let info = ConnInfo::from_endpoint(&tutorial_endpoint(local))?;
-        session
-            .exchange_tutorial(&info, false, deadline)?
-            .to_endpoint(TUTORIAL_BUF_SIZE)?
+        let peer = session
+            .exchange_tutorial(&info, TutorialSide::Client, deadline)?
+            .to_endpoint(TUTORIAL_BUF_SIZE)?;
+        (session, peer)
     } else {
-        session.exchange(&qp.endpoint(), deadline)?
+        exchange::connect_and_exchange(
+            (host, opts.port),
+            &qp.endpoint(),
+            opts.token.as_ref(),
+            deadline,
+        )?
     };
     let region = *peer.regions.first().ok_or("the server shared no memory")?;
     println!(
@@ -262,7 +349,7 @@ fn client(opts: &Options, host: &str) -> Result<(), BoxError> {
     let pause = Duration::from_secs(if opts.tutorial { 2 } else { 0 });
     let got = write_then_read(&mut qp, mr, &region, &message, pause)?;
     if !opts.tutorial {
-        session.sync(Instant::now() + Duration::from_secs(60))?;
+        session.sync(Deadline::after(Duration::from_secs(60)))?;
     }
     same_as_sent(&got, &message)
 }
@@ -359,7 +446,7 @@ mod with_cm {
     use std::time::Duration;
 
     use verbs::cm::{self, CmConnection, CmListener};
-    use verbs::{Access, Context, Deadline, ErrorKind, MemoryRegion, QpConfig};
+    use verbs::{Access, Context, Deadline, HostBuf, MemoryRegion, QpConfig};
 
     use super::{
         cstring, same_as_sent, text, verdict, watch, write_then_read, BoxError, Options, BUF_SIZE,
@@ -429,7 +516,7 @@ mod with_cm {
             &private,
             deadline(),
         )?;
-        let qpn = conn.qp().qp_num();
+        let qpn = conn.qp_num();
         println!(
             "[server] connected on {} (QPN {qpn})",
             conn.context().name()
@@ -447,13 +534,9 @@ mod with_cm {
         loop {
             match cm::connect(addr, &config(Access::EMPTY), b"", deadline) {
                 Err(e)
-                    if matches!(
-                        e.kind(),
-                        ErrorKind::CmEvent {
-                            event: "REJECTED",
-                            ..
-                        }
-                    ) && !deadline.passed() =>
+                    if e.cm_event().is_some_and(|(event, _)| {
+                        cm::CmEventType(event) == cm::CmEventType::REJECTED
+                    }) && !deadline.passed() =>
                 {
                     std::thread::sleep(Duration::from_millis(100));
                 }
@@ -480,7 +563,7 @@ mod with_cm {
         mr.write_at(0, &cstring(&message))?;
         // A pause so that the server prints the greeting before the read.
         let pause = Duration::from_millis(500);
-        let got = write_then_read(conn.qp(), mr, &region, &message, pause)?;
+        let got = write_then_read(&mut conn, mr, &region, &message, pause)?;
         conn.disconnect()?;
         same_as_sent(&got, &message)
     }

@@ -1,15 +1,16 @@
 //! The TCP side channel between client and server: fixed 17-byte frames
 //! (a command byte and two little-endian u64 arguments), every read and
 //! write bounded by a deadline, plus the crate's endpoint exchange on the
-//! same connection. Fixed frames mean no buffering, so the crate's
-//! `Session` can borrow the socket between two frames.
+//! same connection (the client speaks first: its hello, then the server's
+//! reply). Fixed frames mean no buffering, so frames go straight to the
+//! `Session`'s own socket between two exchange calls.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use verbs::exchange::Session;
-use verbs::Endpoint;
+use verbs::{Deadline, Endpoint};
 
 use crate::BoxError;
 
@@ -28,18 +29,19 @@ pub const BYE: u8 = b'q';
 
 const FRAME: usize = 17;
 
-/// One side channel connection: frames on `stream`, endpoint exchanges
-/// and barriers through `session`, on the same socket.
+/// One side channel connection: frames, endpoint exchanges and barriers,
+/// all on the session's socket.
 pub struct Chan {
-    stream: TcpStream,
     session: Session,
 }
 
 impl Chan {
-    pub fn new(session: Session) -> io::Result<Chan> {
-        let stream = session.into_stream();
-        let session = Session::from_stream(stream.try_clone()?)?;
-        Ok(Chan { stream, session })
+    pub fn new(session: Session) -> Chan {
+        Chan { session }
+    }
+
+    fn stream(&mut self) -> &mut TcpStream {
+        self.session.stream_mut()
     }
 
     pub fn send(&mut self, cmd: u8, a: u64, b: u64) -> io::Result<()> {
@@ -48,27 +50,28 @@ impl Chan {
         frame[1..9].copy_from_slice(&a.to_le_bytes());
         frame[9..].copy_from_slice(&b.to_le_bytes());
         // A frame fits any socket buffer: the write never waits for the peer.
-        self.stream
-            .set_write_timeout(Some(Duration::from_secs(10)))?;
-        self.stream.write_all(&frame)
+        let stream = self.stream();
+        stream.set_write_timeout(Some(Duration::from_secs(10)))?;
+        stream.write_all(&frame)
     }
 
     /// The next frame, or an error once `deadline` passes (a frame cut in
     /// half by the deadline leaves the stream unusable: the caller gives up).
-    pub fn recv(&mut self, deadline: Instant) -> io::Result<(u8, u64, u64)> {
+    pub fn recv(&mut self, deadline: Deadline) -> io::Result<(u8, u64, u64)> {
         let mut frame = [0u8; FRAME];
-        let left = deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or(io::ErrorKind::TimedOut)?;
-        self.stream.set_read_timeout(Some(left))?;
-        self.stream.read_exact(&mut frame)?;
+        let left = deadline.remaining();
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let stream = self.stream();
+        stream.set_read_timeout((deadline != Deadline::NEVER).then_some(left))?;
+        stream.read_exact(&mut frame)?;
         let word = |r: std::ops::Range<usize>| u64::from_le_bytes(frame[r].try_into().unwrap());
         Ok((frame[0], word(1..9), word(9..FRAME)))
     }
 
     /// Receives a frame that must be `cmd`.
-    pub fn expect(&mut self, cmd: u8, deadline: Instant) -> Result<(u64, u64), BoxError> {
+    pub fn expect(&mut self, cmd: u8, deadline: Deadline) -> Result<(u64, u64), BoxError> {
         let (got, a, b) = self.recv(deadline)?;
         if got != cmd {
             return Err(format!(
@@ -80,13 +83,28 @@ impl Chan {
         Ok((a, b))
     }
 
-    /// Swaps endpoints with the peer (the crate's wire format), by `deadline`.
-    pub fn exchange(&mut self, local: &Endpoint, deadline: Instant) -> Result<Endpoint, BoxError> {
-        Ok(self.session.exchange(local, deadline)?)
+    /// The client's side of the endpoint exchange (the crate's wire
+    /// format): sends `local`, returns the server's endpoint, by `deadline`.
+    pub fn client_exchange(
+        &mut self,
+        local: &Endpoint,
+        deadline: Deadline,
+    ) -> Result<Endpoint, BoxError> {
+        Ok(self.session.client_exchange(local, None, deadline)?)
+    }
+
+    /// The server's side: reads and checks the client's endpoint, only
+    /// then sends `local`; returns the client's endpoint, by `deadline`.
+    pub fn server_exchange(
+        &mut self,
+        local: &Endpoint,
+        deadline: Deadline,
+    ) -> Result<Endpoint, BoxError> {
+        Ok(self.session.server_exchange(local, None, deadline)?)
     }
 
     /// Both sides reached the same point (e.g. both QPs are connected).
-    pub fn sync(&mut self, deadline: Instant) -> Result<(), BoxError> {
+    pub fn sync(&mut self, deadline: Deadline) -> Result<(), BoxError> {
         Ok(self.session.sync(deadline)?)
     }
 }

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use verbs::exchange;
 use verbs::{
-    Arena, ArenaBuf, ArenaConfig, Completion, ConnectOptions, Context, Deadline, ErrorKind,
-    ProtectionDomain, QpConfig, QueuePair, RemoteRegion, RemoteSlice, SendOp, SendRequest,
-    WcStatus,
+    Arena, ArenaBuf, ArenaConfig, Completion, ConnectOptions, Context, Deadline, EngineConfig,
+    ErrorKind, HostBuf, ProtectionDomain, QpConfig, QueuePair, RemoteRegion, RemoteSlice, SendOp,
+    SendRequest, WcStatus,
 };
 
 use crate::chan::{self, Chan, Digest};
@@ -115,7 +115,7 @@ pub fn run(opts: &Opts, host: &str) -> Report {
     if client.chan.send(chan::QUIT, 0, 0).is_ok() {
         let _ = client
             .chan
-            .expect(chan::BYE, Instant::now() + Duration::from_secs(5));
+            .expect(chan::BYE, Deadline::after(Duration::from_secs(5)));
     }
     client.r.events = client.watcher.seen();
     let counters = crate::events::counters(&client.dev);
@@ -128,6 +128,15 @@ pub fn run(opts: &Opts, host: &str) -> Report {
             .map_or(0, |(_, v)| *v),
     );
     client.r
+}
+
+/// The QP's completion queue has a channel: waits sleep on it instead of
+/// spinning a vCPU that the other guest needs.
+fn engine_config() -> EngineConfig {
+    EngineConfig {
+        events: true,
+        ..EngineConfig::default()
+    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -149,12 +158,11 @@ impl<'a> Client<'a> {
             },
         )?;
         let config = QpConfig {
-            events: true, // sleep on the completion channel: no spinning vCPU
             max_send_wr: (2 * depth + 8) as u32,
             ..QpConfig::default()
         };
-        let qp: Qp = QueuePair::new(&pd, &config)?;
-        let watcher = Watcher::start(&ctx, "client", t0, qp.as_raw() as usize);
+        let qp: Qp = QueuePair::with_engine(&pd, &config, &engine_config())?;
+        let watcher = Watcher::start(&ctx, "client", t0, qp.engine().raw_id(qp.id())?);
         let connect = ConnectOptions {
             timeout: opts.timeout(),
             retry_cnt: opts.retry(),
@@ -230,8 +238,9 @@ impl<'a> Client<'a> {
                 "FRESH the reset QP flushed its first requests with no cause: creating a new QP"
             );
             // Nothing is in flight (`run` drained): the old QP goes empty.
-            self.qp = QueuePair::new(self.qp.pd(), &self.config)?;
-            self.watcher.set_own_qp(self.qp.as_raw() as usize);
+            self.qp = QueuePair::with_engine(self.qp.pd(), &self.config, &engine_config())?;
+            self.watcher
+                .set_own_qp(self.qp.engine().raw_id(self.qp.id())?);
             self.reconnect(false)?;
             resumed_from = (self.r.attempted, self.r.verified);
             self.run(rest, true)?;
@@ -358,7 +367,7 @@ impl<'a> Client<'a> {
                 let before = self.watcher.count("PORT_ACTIVE");
                 fault::link(iface, true)?;
                 // The port, not a timer, says when the device can send again.
-                let deadline = Instant::now() + SETUP;
+                let deadline = Deadline::after(SETUP);
                 if !self.watcher.wait_for("PORT_ACTIVE", before, deadline) {
                     self.r.hangs += 1;
                     return Err("hang: the port never became active again".into());
@@ -386,11 +395,11 @@ impl<'a> Client<'a> {
     fn reconnect(&mut self, new_server: bool) -> Result<(), BoxError> {
         println!(
             "NOTE client QP state before the reset: {}",
-            self.qp.query_state()?
+            self.qp.query()?.state
         );
         let mut flushed = Vec::new();
         self.qp
-            .reset(&self.config, Deadline::after(DRAIN), |c| flushed.push(c))?;
+            .reset(Deadline::after(DRAIN), |c| flushed.push(c.into_owned()))?;
         for c in flushed {
             self.complete(c);
         }
@@ -505,7 +514,7 @@ impl<'a> Client<'a> {
         let mut done = std::mem::take(&mut self.done);
         let waited = self
             .qp
-            .wait_event(Deadline::after(wait), false, |c| done.push(c));
+            .wait(Deadline::after(wait), |c| done.push(c.into_owned()));
         for c in done.drain(..) {
             self.complete(c);
         }
@@ -531,7 +540,7 @@ impl<'a> Client<'a> {
         let ok = c.status == WcStatus::SUCCESS;
         if let Err(e) = c.result() {
             // Show how the crate reports the cause and its first consequence.
-            let flush = e.completion().is_some_and(|wc| wc.is_flush());
+            let flush = e.is_flush();
             if flush && self.r.flushed == 0 || !flush && self.r.errors.is_empty() {
                 println!("ERROR {e}");
             }
@@ -600,7 +609,7 @@ impl<'a> Client<'a> {
         self.chan.send(chan::HASH, 0, self.shadow.len() as u64)?;
         let (theirs, _) = self
             .chan
-            .expect(chan::HASHED, Instant::now() + Duration::from_secs(30))?;
+            .expect(chan::HASHED, Deadline::after(Duration::from_secs(30)))?;
         let ok = theirs == digest.value();
         self.r.hash_ok = Some(self.r.hash_ok.unwrap_or(true) && ok);
         println!(
@@ -621,15 +630,15 @@ impl<'a> Client<'a> {
 /// `not_pid`: a dying server's listener can still complete a connection
 /// (then reset it), so only a hello from another process counts.
 fn dial(host: &str, port: u16, not_pid: Option<u64>) -> Result<(Chan, u64), BoxError> {
-    let deadline = Instant::now() + SETUP;
+    let deadline = Deadline::after(SETUP);
     loop {
-        let mut chan = Chan::new(exchange::connect((host, port), deadline)?)?;
+        let mut chan = Chan::new(exchange::connect((host, port), deadline)?);
         match chan.expect(chan::HELLO, deadline) {
             Ok((pid, generation)) if Some(pid) != not_pid => {
                 println!("NOTE connected to server pid {pid} generation {generation}");
                 return Ok((chan, pid));
             }
-            Ok(_) | Err(_) if Instant::now() < deadline => {
+            Ok(_) | Err(_) if !deadline.passed() => {
                 std::thread::sleep(Duration::from_millis(20)); // the old process is still exiting
             }
             Ok(_) => return Err("only the old server process answered".into()),
@@ -638,14 +647,15 @@ fn dial(host: &str, port: u16, not_pid: Option<u64>) -> Result<(Chan, u64), BoxE
     }
 }
 
-/// Endpoint exchange, connect, barrier; returns the server's region.
+/// Endpoint exchange (ours first, then the server's), connect, barrier;
+/// returns the server's region.
 fn handshake(
     chan: &mut Chan,
     qp: &mut Qp,
     connect: &ConnectOptions,
 ) -> Result<RemoteRegion, BoxError> {
-    let deadline = Instant::now() + SETUP;
-    let peer = chan.exchange(&qp.endpoint(), deadline)?;
+    let deadline = Deadline::after(SETUP);
+    let peer = chan.client_exchange(&qp.endpoint(), deadline)?;
     let region = *peer.regions.first().ok_or("the server shared no region")?;
     qp.connect_with(&peer, connect)?;
     chan.sync(deadline)?;

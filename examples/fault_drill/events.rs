@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use verbs::sys::ibv_event_type as Ev;
-use verbs::Context;
+use verbs::{Context, Deadline};
 
 /// How long one `next_async_event` call may block: bounds how late the
 /// thread notices `stop`.
@@ -30,7 +30,8 @@ pub struct Watcher {
 
 impl Watcher {
     /// Starts the thread; events print as `EVENT side=<side> t_ms=... type=...`
-    /// with `t_ms` counted from `t0`. `own_qp` marks events about our QP.
+    /// with `t_ms` counted from `t0`. `own_qp` marks events about our QP
+    /// (its `Engine::raw_id`).
     pub fn start(ctx: &Context, side: &'static str, t0: Instant, own_qp: usize) -> Watcher {
         let stop = Arc::new(AtomicBool::new(false));
         let seen = Arc::new(Seen::default());
@@ -73,7 +74,8 @@ impl Watcher {
         }
     }
 
-    /// Events about `qp` are ours from now on (the drill replaced its QP).
+    /// Events about `qp` (a `raw_id`) are ours from now on (the drill
+    /// replaced its QP).
     pub fn set_own_qp(&self, qp: usize) {
         self.own_qp.store(qp, Ordering::Relaxed);
     }
@@ -89,13 +91,14 @@ impl Watcher {
 
     /// Waits until an event called `name` has been seen more than `after`
     /// times in total (pass the count taken before causing it), or `deadline`.
-    pub fn wait_for(&self, name: &str, after: usize, deadline: Instant) -> bool {
+    pub fn wait_for(&self, name: &str, after: usize, deadline: Deadline) -> bool {
         let count = |v: &Vec<String>| v.iter().filter(|n| *n == name).count();
         let mut names = self.seen.names.lock().unwrap_or_else(|p| p.into_inner());
         while count(&names) <= after {
-            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            let left = deadline.remaining();
+            if left.is_zero() {
                 return false;
-            };
+            }
             names = match self.seen.changed.wait_timeout(names, left) {
                 Ok((guard, _)) => guard,
                 Err(p) => p.into_inner().0,

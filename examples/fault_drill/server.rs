@@ -5,7 +5,10 @@
 use std::time::{Duration, Instant};
 
 use verbs::exchange::Listener;
-use verbs::{Access, Arena, ArenaConfig, Context, Deadline, ProtectionDomain, QpConfig, QueuePair};
+use verbs::{
+    Access, Arena, ArenaConfig, Context, Deadline, ExposedBuf, ProtectionDomain, QpConfig,
+    QueuePair,
+};
 
 use crate::chan::{self, Chan, Digest};
 use crate::events::Watcher;
@@ -30,15 +33,14 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     )?;
     // Least privilege: the peer gets exactly this buffer, nothing else of the arena.
     let buf = arena.alloc(opts.region)?;
-    let region = arena
-        .register_buffer(buf, Access::REMOTE_WRITE | Access::REMOTE_READ)
+    let region = ExposedBuf::register(buf, Access::REMOTE_WRITE | Access::REMOTE_READ)
         .map_err(|(e, _)| e)?;
     let config = QpConfig {
         remote_access: Access::REMOTE_WRITE | Access::REMOTE_READ,
         ..QpConfig::default()
     };
     let mut qp: Qp = QueuePair::new(&pd, &config)?;
-    let watcher = Watcher::start(&ctx, "server", t0, qp.as_raw() as usize);
+    let watcher = Watcher::start(&ctx, "server", t0, qp.engine().raw_id(qp.id())?);
     let listener = Listener::bind(("0.0.0.0", opts.port))?;
     println!(
         "server: generation {} pid {} qpn {} region {} MiB, listening on port {}",
@@ -49,20 +51,22 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         opts.port
     );
 
-    let mut chan = Chan::new(listener.accept(Instant::now() + Duration::from_secs(120))?)?;
+    let mut chan = Chan::new(listener.accept(Deadline::after(Duration::from_secs(120)))?);
     chan.send(chan::HELLO, u64::from(std::process::id()), opts.generation)?;
+    // The client speaks first: its endpoint is read and checked before
+    // ours (with the region's rkey) is revealed.
     let attach = |qp: &mut Qp, chan: &mut Chan| -> Result<(), BoxError> {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Deadline::after(Duration::from_secs(30));
         let mut local = qp.endpoint();
         local.regions.push(region.remote());
-        let peer = chan.exchange(&local, deadline)?;
+        let peer = chan.server_exchange(&local, deadline)?;
         qp.connect(&peer)?;
         chan.sync(deadline)
     };
     attach(&mut qp, &mut chan)?;
 
     loop {
-        let (cmd, a, b) = chan.recv(Instant::now() + IDLE)?;
+        let (cmd, a, b) = chan.recv(Deadline::after(IDLE))?;
         match cmd {
             chan::HASH => {
                 let (offset, len) = (a as usize, b as usize);
@@ -82,9 +86,9 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 // (silence leaves it in RTS; a bad request moves it to ERR).
                 println!(
                     "server: reconnect asked; my QP was in {}",
-                    qp.query_state()?
+                    qp.query()?.state
                 );
-                qp.reset(&config, Deadline::after(Duration::from_secs(10)), drop)?;
+                qp.reset(Deadline::after(Duration::from_secs(10)), |_| {})?;
                 attach(&mut qp, &mut chan)?;
                 println!("server: reconnected, QP in {}", qp.state());
             }
