@@ -350,7 +350,7 @@ fn dmabuf_registration_is_a_clear_unsupported_error_where_the_provider_cannot() 
     assert!(fd >= 0);
     // SAFETY: nothing is ever posted with this registration (it must fail).
     let r = unsafe { verbs::DmabufRegion::register(&pd, fd, 0, 4096, 0, Access::REMOTE_READ) };
-    let e = r.err().expect("a memfd is not registrable as a dmabuf");
+    let e = r.expect_err("a memfd is not registrable as a dmabuf");
     println!("{e}");
     if ctx.query_device().unwrap().0.vendor_id == 0x00FF_FFFF {
         assert_eq!(

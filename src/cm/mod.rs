@@ -217,7 +217,9 @@ fn establish<B: NicBuf>(
         },
     )?;
     let maker = id.clone();
-    let qp = engine.add_qp_made(&config, &mut |parts| maker.create_qp(parts))?;
+    let qp = engine.add_qp_made(&config, &mut |parts| {
+        crate::raw::RawQp::create_on(&maker, parts)
+    })?;
     let dev = pd.context().query_device()?;
     // Both the reads this end may have outstanding and those it serves.
     let rd = dev

@@ -8,7 +8,7 @@ use crate::sgl::Sgl;
 use crate::site;
 use crate::sys::{self, ibv_wc_opcode as WcOpcode, ibv_wc_status as WcStatus};
 
-use super::prepared::{Prepared, PreparedTable};
+use super::prepared_table::{Prepared, PreparedTable};
 use super::qp_slot::QpId;
 use super::ring::{Slot, NOT_PREPARED};
 use super::srq::SrqSlot;

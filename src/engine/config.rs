@@ -6,6 +6,9 @@ use crate::memory::Access;
 use crate::sgl::MAX_SGE;
 use crate::sys;
 
+/// Most requests posted with one doorbell by [`crate::Engine::post_send_chain`].
+pub const MAX_CHAIN: usize = 32;
+
 /// A queue pair's transport (primer 1.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Transport {

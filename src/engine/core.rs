@@ -12,7 +12,7 @@ use crate::site;
 
 use super::doorbell::{Provider, Verbs};
 use super::id::MAX_QPS;
-use super::prepared::PreparedTable;
+use super::prepared_table::PreparedTable;
 use super::qp_slot::{QpId, QpSlot, QpState, VACANT};
 use super::ring::Ring;
 use super::srq::SrqSlots;
@@ -62,7 +62,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         srq: Option<SrqSlots<B, P::Srq>>,
         events: bool,
     ) -> Engine<B, P> {
-        let id = ENGINES.fetch_add(1, Ordering::Relaxed) & super::prepared::ENGINE_ID_MASK;
+        let id = ENGINES.fetch_add(1, Ordering::Relaxed) & super::prepared_table::ENGINE_ID_MASK;
         let recv_room = recv_cq.as_ref().map_or(0, |(_, n)| u64::from(*n));
         let mut cq_room = [u64::from(cqe), recv_room];
         if let Some(s) = &srq {

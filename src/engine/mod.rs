@@ -24,6 +24,7 @@ mod path;
 mod poll;
 mod post;
 mod prepared;
+mod prepared_table;
 mod qp_slot;
 mod ring;
 mod setup;
@@ -32,7 +33,7 @@ mod sim;
 mod srq;
 
 pub use completion::{Completion, CompletionRef};
-pub use config::{ConnectOptions, EngineConfig, QpConfig, Queue, SrqConfig, Transport};
+pub use config::{ConnectOptions, EngineConfig, QpConfig, Queue, SrqConfig, Transport, MAX_CHAIN};
 pub use connect::QpAttributes;
 pub use core::Engine;
 pub use doorbell::RawSend;
@@ -40,8 +41,5 @@ pub use doorbell::Verbs;
 pub use id::RAW_ID_LIMIT;
 pub use path::PathInfo;
 pub use post::PostError;
-pub use prepared::{Prepared, PreparedHandle, PreparedRecv, PreparedSend};
+pub use prepared_table::{Prepared, PreparedHandle, PreparedRecv, PreparedSend};
 pub use qp_slot::{QpId, QpState};
-
-/// Most requests posted with one doorbell by [`Engine::post_send_chain`].
-pub const MAX_CHAIN: usize = 32;

@@ -102,7 +102,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         }
     }
 
-    /// Posts up to [`super::MAX_CHAIN`] requests on `qp` with one call (one
+    /// Posts up to [`super::config::MAX_CHAIN`] requests on `qp` with one call (one
     /// doorbell), taking each posted request out of `reqs` (a prefix of the
     /// `Some` entries). On a partial post the requests from the refused one
     /// on stay in `reqs`, untouched and not posted, and the error says so;
@@ -116,7 +116,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             .iter()
             .take_while(|r| r.is_some())
             .count()
-            .min(super::MAX_CHAIN);
+            .min(super::config::MAX_CHAIN);
         if count == 0 {
             return Ok(0);
         }
@@ -126,9 +126,9 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         }
         let mut run = slot.unsignaled_run;
         // The run after each request, to restore exactly what was posted.
-        let mut runs = [0u64; super::MAX_CHAIN];
-        let mut sends: [Option<OwnSend<'_, B>>; super::MAX_CHAIN] =
-            [const { None }; super::MAX_CHAIN];
+        let mut runs = [0u64; super::config::MAX_CHAIN];
+        let mut sends: [Option<OwnSend<'_, B>>; super::config::MAX_CHAIN] =
+            [const { None }; super::config::MAX_CHAIN];
         for (i, req) in reqs.iter_mut().take(count).enumerate() {
             let Some(req) = req.as_mut() else { break };
             check_send(slot, &req.op, req.sgl.total_len() as u64, req.flags.inline)?;
@@ -308,7 +308,11 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
 
 impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// Posts work requests the safe layer does not build (see [`super::RawSend`]).
-    pub fn post_send_raw(&mut self, qp: QpId, raw: super::RawSend<'_>) -> Result<(), Error> {
+    pub fn post_send_raw(
+        &mut self,
+        qp: QpId,
+        raw: super::doorbell::RawSend<'_>,
+    ) -> Result<(), Error> {
         let (prov, slot) = self.split(qp)?;
         let Some(handle) = slot.qp.as_ref() else {
             unreachable_vacant()

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::connect::is_transient_accept_error;
 use super::error::{io_err, is_timeout, ExchangeError};
 use super::handshake::Handshake;
-use super::server::ServerConfig;
+use super::server_config::ServerConfig;
 use super::session::Session;
 use crate::time::Deadline;
 use crate::wire::Token;

@@ -49,6 +49,7 @@ mod connect;
 mod error;
 mod handshake;
 mod server;
+mod server_config;
 mod session;
 mod timeouts;
 
@@ -56,6 +57,7 @@ pub use crate::wire::Token;
 pub use connect::{connect, connect_and_exchange, Listener};
 pub use error::ExchangeError;
 pub use handshake::Handshake;
-pub use server::{Server, ServerConfig};
+pub use server::Server;
+pub use server_config::ServerConfig;
 pub use session::{Session, TutorialSide, SYNC_BYTE};
 pub use timeouts::{Timeouts, Untimed};

@@ -37,40 +37,9 @@ use std::time::Duration;
 use super::acceptor::{accept_loop, Shared, State};
 use super::error::{io_err, ExchangeError};
 use super::handshake::Handshake;
+use super::server_config::ServerConfig;
 use super::session::time_left;
 use crate::time::Deadline;
-use crate::wire::Token;
-
-/// What a [`Server`] demands of clients and how much each may hold.
-#[derive(Clone, Debug)]
-pub struct ServerConfig {
-    /// When set, a client's hello must carry this token; a client without
-    /// it is sent nothing and reported as [`ExchangeError::BadToken`].
-    pub token: Option<Token>,
-    /// Time from connect until the whole hello must be in (the stage a
-    /// silent or trickling client stretches).
-    pub hello_timeout: Duration,
-    /// Time from connect until our reply must be written: the most one
-    /// client may take of the server, including the wait for
-    /// [`Server::next_client`] to hand it out.
-    pub client_timeout: Duration,
-    /// Most hellos read at once (one thread each), and most valid hellos
-    /// kept waiting for [`Server::next_client`]; beyond either, the oldest
-    /// is dropped.
-    pub max_pending: usize,
-}
-
-impl Default for ServerConfig {
-    /// No token, 2 s for the hello, 10 s per client, 64 pending.
-    fn default() -> Self {
-        ServerConfig {
-            token: None,
-            hello_timeout: Duration::from_secs(2),
-            client_timeout: Duration::from_secs(10),
-            max_pending: 64,
-        }
-    }
-}
 
 /// The server side of this crate's exchange, for a server that must keep
 /// serving whatever connects.

@@ -9,12 +9,10 @@ use std::net::SocketAddr;
 use crate::error::Error;
 use crate::site;
 use crate::sys::rdmacm::{self as cm, rdma_cm_event_type as Ev};
-use crate::sys::{self};
 
+use super::device::RawContext;
 use super::os::{set_nonblocking, wait_readable};
-use super::qp::{QpOwner, QpParts, RawQp};
 use super::ret::{check_ptr, check_rc, errno};
-use super::RawContext;
 
 /// An event channel with a non-blocking descriptor.
 pub(crate) struct RawCmChannel {
@@ -250,22 +248,8 @@ impl RawCmId {
         unsafe { cm::verbs_shim_cm_id_port(self.ptr.as_ptr()) }
     }
 
-    /// `rdma_create_qp` (which also moves it to INIT); the QP keeps this
-    /// id alive and is destroyed the way librdmacm expects.
-    pub(crate) fn create_qp(
-        self: &Arc<Self>,
-        parts: &QpParts<'_>,
-    ) -> Result<(RawQp, sys::ibv_qp_cap), Error> {
-        let mut init = parts.init_attr();
-        // SAFETY: live id and PD; `init` names live CQs the QP keeps alive.
-        check_rc(site!("rdma_create_qp"), unsafe {
-            cm::rdma_create_qp(self.ptr.as_ptr(), parts.pd.as_ptr(), &mut init)
-        })?;
-        // SAFETY: rdma_create_qp succeeded, so id->qp is the new QP.
-        let ptr = check_ptr(site!("rdma_create_qp"), unsafe {
-            cm::verbs_shim_cm_id_qp(self.ptr.as_ptr())
-        })?;
-        Ok((parts.handle(ptr, QpOwner::Cm(self.clone())), init.cap))
+    pub(crate) fn as_ptr(&self) -> *mut cm::rdma_cm_id {
+        self.ptr.as_ptr()
     }
 
     /// `rdma_connect` (active side) or `rdma_accept` (passive side).

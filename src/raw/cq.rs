@@ -9,9 +9,9 @@ use crate::error::Error;
 use crate::site;
 use crate::sys;
 
+use super::device::RawContext;
 use super::os::{set_nonblocking, wait_readable};
 use super::ret::{check_count, check_ptr, check_rc, errno};
-use super::RawContext;
 
 /// Completion events are acknowledged (a mutex-taking call) once per this many.
 const ACK_BATCH: u32 = 64;
@@ -58,7 +58,7 @@ impl Drop for RawChannel {
     fn drop(&mut self) {
         // SAFETY: every CQ using it holds an Arc to it, so none is alive.
         if unsafe { sys::ibv_destroy_comp_channel(self.ptr.as_ptr()) } != 0 {
-            super::count_leak();
+            super::leak::count_leak();
             return;
         }
         // SAFETY: dropped once, after the channel is gone.
@@ -217,7 +217,7 @@ impl Drop for RawCq {
         // SAFETY: every QP using this CQ holds an Arc to it, so none is alive
         // (a leaked one keeps its Arc); the channel is destroyed after.
         if unsafe { sys::ibv_destroy_cq(self.ptr.as_ptr()) } != 0 {
-            super::count_leak();
+            super::leak::count_leak();
             return;
         }
         // SAFETY: dropped once, after the CQ is gone.

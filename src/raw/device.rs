@@ -75,12 +75,10 @@ pub(crate) fn raw_devices() -> Result<Vec<(String, u64)>, Error> {
     let list = DeviceList::get()?;
     Ok(list
         .iter()
-        // SAFETY: `dev` is an element of the live list.
         .map(|dev| {
-            (
-                device_name(dev),
-                u64::from_be(unsafe { sys::ibv_get_device_guid(dev.as_ptr()) }),
-            )
+            // SAFETY: `dev` is an element of the live list.
+            let guid = unsafe { sys::ibv_get_device_guid(dev.as_ptr()) };
+            (device_name(dev), u64::from_be(guid))
         })
         .collect())
 }
@@ -209,7 +207,7 @@ impl Drop for RawContext {
             // none is alive (a leaked child keeps its Arc, so this never runs).
             let rc = unsafe { sys::ibv_close_device(self.ptr.as_ptr()) };
             if rc != 0 {
-                super::count_leak();
+                super::leak::count_leak();
             }
         }
     }

@@ -17,12 +17,11 @@
 //! [`leaked_objects`] counts these.
 #![allow(unsafe_code)]
 
-use core::sync::atomic::{AtomicUsize, Ordering};
-
 #[cfg(feature = "rdmacm")]
 pub(crate) mod cm;
 mod cq;
 mod device;
+mod leak;
 mod mr;
 pub(crate) mod os;
 mod owned;
@@ -33,23 +32,11 @@ mod srq;
 
 pub(crate) use cq::{RawChannel, RawCq};
 pub(crate) use device::{raw_devices, RawContext};
+pub use leak::leaked_objects;
 pub(crate) use mr::{RawMr, RawMw, StableMemory};
 pub(crate) use owned::{HeapMemory, OwnedMemory, PageMemory};
 pub(crate) use pd::RawPd;
-pub(crate) use qp::{PostFailed, QpParts, RawQp};
+pub(crate) use qp::{QpParts, RawQp};
+pub(crate) use ret::PostFailed;
 
 pub(crate) use srq::RawSrq;
-
-static LEAKED: AtomicUsize = AtomicUsize::new(0);
-
-/// Objects whose destroy or deregistration failed since the process
-/// started: each one, and the memory the device may still reach through
-/// it, was leaked rather than freed.
-pub fn leaked_objects() -> usize {
-    LEAKED.load(Ordering::Relaxed)
-}
-
-/// Counts one leaked object (a failed destroy).
-pub(crate) fn count_leak() {
-    LEAKED.fetch_add(1, Ordering::Relaxed);
-}

@@ -11,8 +11,8 @@ use crate::error::Error;
 use crate::site;
 use crate::sys;
 
+use super::pd::RawPd;
 use super::ret::{check_ptr, check_rc};
-use super::RawPd;
 
 /// Memory that stays at one address, valid and owned by this value alone,
 /// for as long as the value lives (moving the value does not move it).
@@ -156,7 +156,7 @@ impl<M> RawMr<M> {
         // SAFETY: live registration, deregistered once.
         let rc = unsafe { sys::ibv_dereg_mr(self.ptr.as_ptr()) };
         if let Err(e) = check_rc(site!("ibv_dereg_mr"), rc) {
-            super::count_leak();
+            super::leak::count_leak();
             return Err(e);
         }
         // SAFETY: taken once, after the registration is gone.
@@ -268,7 +268,7 @@ impl<B> RawMw<B> {
         // SAFETY: live window, deallocated once.
         let rc = unsafe { sys::verbs_shim_dealloc_mw(self.ptr.as_ptr()) };
         if let Err(e) = check_rc(site!("ibv_dealloc_mw"), rc) {
-            super::count_leak();
+            super::leak::count_leak();
             return Err(e);
         }
         // SAFETY: taken once, after the window is gone.

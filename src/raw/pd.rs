@@ -8,8 +8,8 @@ use crate::error::Error;
 use crate::site;
 use crate::sys;
 
+use super::device::RawContext;
 use super::ret::check_ptr;
-use super::RawContext;
 
 /// A protection domain; deallocated on drop.
 pub(crate) struct RawPd {
@@ -47,7 +47,7 @@ impl Drop for RawPd {
         // SAFETY: every MR, MW, SRQ and QP of this PD holds an Arc to it, so
         // none is alive (a leaked one keeps its Arc); deallocated once.
         if unsafe { sys::ibv_dealloc_pd(self.ptr.as_ptr()) } != 0 {
-            super::count_leak();
+            super::leak::count_leak();
             return;
         }
         // SAFETY: dropped once, after the PD is gone.

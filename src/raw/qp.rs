@@ -8,8 +8,10 @@ use crate::error::Error;
 use crate::site;
 use crate::sys::{self, Zeroed};
 
-use super::ret::{check_ptr, check_rc};
-use super::{RawCq, RawPd, RawSrq};
+use super::cq::RawCq;
+use super::pd::RawPd;
+use super::ret::{check_ptr, check_rc, link, refused, PostFailed};
+use super::srq::RawSrq;
 
 /// Who destroys a queue pair besides `ibv_destroy_qp`: nobody, or the
 /// connection manager's id, which must outlive the QP and forget it once
@@ -20,14 +22,6 @@ pub(crate) enum QpOwner {
     /// Created with `rdma_create_qp` on this id.
     #[cfg(feature = "rdmacm")]
     Cm(Arc<super::cm::RawCmId>),
-}
-
-/// A refused post: the error, and how many requests of the chain (a
-/// prefix) the provider took before the one it refused.
-#[derive(Debug)]
-pub struct PostFailed {
-    pub(crate) error: Error,
-    pub(crate) posted: usize,
 }
 
 /// A queue pair, holding its PD, CQs and (if any) SRQ alive.
@@ -100,6 +94,26 @@ impl RawQp {
             sys::ibv_create_qp(parts.pd.as_ptr(), &mut init)
         })?;
         Ok((parts.handle(ptr, QpOwner::Verbs), init.cap))
+    }
+
+    /// `rdma_create_qp` on `id` (which also moves it to INIT); the QP keeps
+    /// the id alive and is destroyed the way librdmacm expects.
+    #[cfg(feature = "rdmacm")]
+    pub(crate) fn create_on(
+        id: &Arc<super::cm::RawCmId>,
+        parts: &QpParts<'_>,
+    ) -> Result<(RawQp, sys::ibv_qp_cap), Error> {
+        use crate::sys::rdmacm as cm;
+        let mut init = parts.init_attr();
+        // SAFETY: live id and PD; `init` names live CQs the QP keeps alive.
+        check_rc(site!("rdma_create_qp"), unsafe {
+            cm::rdma_create_qp(id.as_ptr(), parts.pd.as_ptr(), &mut init)
+        })?;
+        // SAFETY: rdma_create_qp succeeded, so id->qp is the new QP.
+        let ptr = check_ptr(site!("rdma_create_qp"), unsafe {
+            cm::verbs_shim_cm_id_qp(id.as_ptr())
+        })?;
+        Ok((parts.handle(ptr, QpOwner::Cm(id.clone())), init.cap))
     }
 
     pub(crate) fn as_ptr(&self) -> *mut sys::ibv_qp {
@@ -211,7 +225,7 @@ impl RawQp {
         // SAFETY: live QP; this runs once per handle (see above).
         let rc = unsafe { sys::ibv_destroy_qp(self.ptr.as_ptr()) };
         if let Err(e) = check_rc(site!("ibv_destroy_qp"), rc) {
-            super::count_leak();
+            super::leak::count_leak();
             return Err(e);
         }
         #[cfg(feature = "rdmacm")]
@@ -230,40 +244,4 @@ impl Drop for RawQp {
         // this is the path of a QP that holds nothing.
         let _ = self.destroy_in_place();
     }
-}
-
-/// Links a chain's `next` pointers within the slice (the last one NULL).
-#[inline(always)]
-fn link<W>(wrs: &mut [W], set: impl Fn(&mut W, *mut W)) {
-    let base = wrs.as_mut_ptr();
-    let n = wrs.len();
-    for (i, w) in wrs.iter_mut().enumerate() {
-        let next = if i + 1 < n {
-            base.wrapping_add(i + 1)
-        } else {
-            core::ptr::null_mut()
-        };
-        set(w, next);
-    }
-}
-
-/// The error of a refused post and how many requests before `bad` were taken.
-#[cold]
-fn refused<W>(
-    site: &'static crate::error::Site,
-    rc: i32,
-    first: *mut W,
-    bad: *mut W,
-    len: usize,
-) -> PostFailed {
-    let posted = if bad.is_null() {
-        0
-    } else {
-        ((bad as usize).wrapping_sub(first as usize) / core::mem::size_of::<W>()).min(len)
-    };
-    let error = match check_rc(site, rc) {
-        Err(e) => e,
-        Ok(()) => Error::os(site, libc::EIO),
-    };
-    PostFailed { error, posted }
 }

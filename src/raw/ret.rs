@@ -60,6 +60,50 @@ pub(crate) fn check_count(site: &'static Site, n: isize) -> Result<usize, Error>
     }
 }
 
+/// A refused post: the error, and how many requests of the chain (a
+/// prefix) the provider took before the one it refused.
+#[derive(Debug)]
+pub struct PostFailed {
+    pub(crate) error: Error,
+    pub(crate) posted: usize,
+}
+
+/// Links a chain's `next` pointers within the slice (the last one NULL).
+#[inline(always)]
+pub(crate) fn link<W>(wrs: &mut [W], set: impl Fn(&mut W, *mut W)) {
+    let base = wrs.as_mut_ptr();
+    let n = wrs.len();
+    for (i, w) in wrs.iter_mut().enumerate() {
+        let next = if i + 1 < n {
+            base.wrapping_add(i + 1)
+        } else {
+            core::ptr::null_mut()
+        };
+        set(w, next);
+    }
+}
+
+/// The error of a refused post and how many requests before `bad` were taken.
+#[cold]
+pub(crate) fn refused<W>(
+    site: &'static crate::error::Site,
+    rc: i32,
+    first: *mut W,
+    bad: *mut W,
+    len: usize,
+) -> PostFailed {
+    let posted = if bad.is_null() {
+        0
+    } else {
+        ((bad as usize).wrapping_sub(first as usize) / core::mem::size_of::<W>()).min(len)
+    };
+    let error = match check_rc(site, rc) {
+        Err(e) => e,
+        Ok(()) => Error::os(site, libc::EIO),
+    };
+    PostFailed { error, posted }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,9 +8,8 @@ use crate::error::Error;
 use crate::site;
 use crate::sys;
 
-use super::qp::PostFailed;
-use super::ret::{check_ptr, check_rc};
-use super::RawPd;
+use super::pd::RawPd;
+use super::ret::{check_ptr, check_rc, link, refused, PostFailed};
 
 /// A shared receive queue, holding its PD alive.
 pub struct RawSrq {
@@ -65,38 +64,27 @@ impl RawSrq {
     ///
     /// # Safety
     ///
-    /// As [`super::RawQp::post_recv`]: every entry names registered memory
+    /// As [`super::qp::RawQp::post_recv`]: every entry names registered memory
     /// that only the device touches until the receive completes.
     #[inline(always)]
     pub(crate) unsafe fn post_recv(&self, wrs: &mut [sys::ibv_recv_wr]) -> Result<(), PostFailed> {
-        let n = wrs.len();
-        let base = wrs.as_mut_ptr();
-        for (i, w) in wrs.iter_mut().enumerate() {
-            w.next = if i + 1 < n {
-                base.wrapping_add(i + 1)
-            } else {
-                core::ptr::null_mut()
-            };
-        }
+        link(wrs, |w, next| w.next = next);
+        let first = wrs.as_mut_ptr();
         let mut bad = MaybeUninit::<*mut sys::ibv_recv_wr>::uninit();
         // SAFETY: live SRQ; linked chain; the caller upholds the contract.
         let rc =
-            unsafe { sys::verbs_shim_post_srq_recv(self.ptr.as_ptr(), base, bad.as_mut_ptr()) };
+            unsafe { sys::verbs_shim_post_srq_recv(self.ptr.as_ptr(), first, bad.as_mut_ptr()) };
         if rc == 0 {
             return Ok(());
         }
         // SAFETY: on failure the provider wrote `bad` (NULL or an element).
-        let bad = unsafe { bad.assume_init() };
-        let posted = if bad.is_null() {
-            0
-        } else {
-            ((bad as usize).wrapping_sub(base as usize) / core::mem::size_of::<sys::ibv_recv_wr>())
-                .min(n)
-        };
-        let error = check_rc(site!("ibv_post_srq_recv"), rc)
-            .err()
-            .unwrap_or(Error::os(site!("ibv_post_srq_recv"), libc::EIO));
-        Err(PostFailed { error, posted })
+        Err(refused(
+            site!("ibv_post_srq_recv"),
+            rc,
+            first,
+            unsafe { bad.assume_init() },
+            wrs.len(),
+        ))
     }
 
     /// Arms the limit event: when fewer than `limit` receives remain, the
@@ -130,7 +118,7 @@ impl RawSrq {
         // SAFETY: live SRQ, destroyed once.
         let rc = unsafe { sys::ibv_destroy_srq(self.ptr.as_ptr()) };
         if let Err(e) = check_rc(site!("ibv_destroy_srq"), rc) {
-            super::count_leak();
+            super::leak::count_leak();
             return Err(e);
         }
         // SAFETY: dropped once, after the SRQ is gone.

@@ -19,6 +19,7 @@ use core::ffi::{c_char, c_int, c_uint, c_void};
 
 use super::consts::*;
 use super::types::*;
+use super::wr_types::*;
 
 /// One C function the crate can call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,10 +18,13 @@ pub mod funcs;
 #[cfg(feature = "rdmacm")]
 pub mod rdmacm;
 pub mod types;
+pub mod wr_types;
 
 pub use consts::*;
 pub use funcs::*;
+pub use newtype::Zeroed;
 pub use types::*;
+pub use wr_types::*;
 
 /// Every C function the crate can call (libibverbs, the shim, and with the
 /// `rdmacm` feature librdmacm), with its C prototype.

@@ -125,3 +125,25 @@ macro_rules! c_flags {
         }
     };
 }
+
+/// Types whose all-zero bit pattern is a valid value (integers, raw
+/// pointers, and unions and structs of them): the C idiom `= {0}`.
+pub trait Zeroed: Sized {
+    /// The all-zero value.
+    fn zeroed() -> Self;
+}
+
+macro_rules! zeroed {
+    ($($t:ty),* $(,)?) => {$(
+        impl Zeroed for $t {
+            #[inline(always)]
+            fn zeroed() -> Self {
+                // SAFETY: every field of this `#[repr(C)]` type (checked by
+                // tests/layout.rs) is an integer, a transparent integer
+                // newtype, a raw pointer, or an array/union/struct of those,
+                // for all of which all-zero bits are a valid value.
+                unsafe { core::mem::zeroed() }
+            }
+        }
+    )*};
+}

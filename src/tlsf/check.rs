@@ -1,6 +1,7 @@
 //! Full consistency check of a [`Tlsf`], for tests and debugging.
 
-use super::{bin_of, State, Tlsf, FL_COUNT, NIL, SL_COUNT};
+use super::allocator::{bin_of, State, Tlsf};
+use super::types::{FL_COUNT, NIL, SL_COUNT};
 
 impl Tlsf {
     /// Verifies every structural invariant; O(`max_blocks`). For tests.

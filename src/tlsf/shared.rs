@@ -2,7 +2,8 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use super::{Allocation, Stats, Tlsf, TlsfConfig, TlsfError};
+use super::allocator::Tlsf;
+use super::types::{Allocation, Stats, TlsfConfig, TlsfError};
 
 /// A [`Tlsf`] shared by many threads through a [`std::sync::Mutex`].
 ///

@@ -1,5 +1,7 @@
 //! Edge-case unit tests of the TLSF allocator.
 
+use super::allocator::{bin_of, search_bin};
+use super::types::{FL_COUNT, SL_COUNT, SL_LOG2};
 use super::*;
 
 fn cfg(granule: u64, max_blocks: u32) -> TlsfConfig {

@@ -3,8 +3,6 @@
 
 use core::fmt;
 
-use super::{DEFAULT_GRANULE, DEFAULT_MAX_BLOCKS, MAX_BLOCKS_LIMIT};
-
 /// Construction parameters of a [`Tlsf`](super::Tlsf).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TlsfConfig {
@@ -215,3 +213,23 @@ pub(super) fn invalid_handle(handle: u32) -> TlsfError {
 pub(super) fn invalid_config(reason: &'static str) -> TlsfError {
     TlsfError::InvalidConfig { reason }
 }
+
+/// Log2 of the number of second-level subdivisions per power of two.
+pub(super) const SL_LOG2: u32 = 4;
+/// Second-level subdivisions per power of two (16).
+pub(super) const SL_COUNT: usize = 1 << SL_LOG2;
+/// First-level classes: one exact class for sizes below `SL_COUNT` granules,
+/// then one per power of two from `2^SL_LOG2` to `2^63` granules.
+pub(super) const FL_COUNT: usize = (u64::BITS - SL_LOG2 + 1) as usize;
+/// "No node" in every index field.
+pub(super) const NIL: u32 = u32::MAX;
+
+/// Default granule: 64 bytes, one cache line.
+pub const DEFAULT_GRANULE: u64 = 64;
+/// Default alignment for buffers: 64 bytes, one cache line.
+pub const DEFAULT_ALIGN: u64 = 64;
+/// Default node table size ([`TlsfConfig::max_blocks`]).
+pub const DEFAULT_MAX_BLOCKS: u32 = 16_384;
+/// Largest accepted [`TlsfConfig::max_blocks`] (2^24), which leaves at least
+/// 8 bits of generation in every handle.
+pub const MAX_BLOCKS_LIMIT: u32 = 1 << 24;

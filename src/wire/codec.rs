@@ -2,7 +2,12 @@
 
 use alloc::vec::Vec;
 
-use super::{body_len_for, parse_header, Message, Token, WireError, HEADER_LEN, MAGIC, VERSION};
+use super::error::WireError;
+use super::header::parse_header;
+use super::layout::{body_len_for, HEADER_LEN, MAGIC, VERSION};
+use super::message::Message;
+use super::reader::Reader;
+use super::token::Token;
 use crate::endpoint::{Endpoint, Mtu, RemoteRegion};
 use crate::gid::Gid;
 
@@ -111,49 +116,6 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, WireError> {
     let mut out = alloc::vec![0u8; encoded_len(msg)];
     encode_into(msg, &mut out)?;
     Ok(out)
-}
-
-/// Bounds-checked big-endian reads: a short input is an error, never a panic.
-pub(super) struct Reader<'a> {
-    buf: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    pub(super) fn new(buf: &'a [u8]) -> Self {
-        Reader { buf }
-    }
-
-    pub(super) fn bytes<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
-        self.take(N).map(|head| {
-            let mut out = [0u8; N];
-            out.copy_from_slice(head);
-            out
-        })
-    }
-
-    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
-        if n > self.buf.len() {
-            return Err(WireError::Truncated {
-                needed: n,
-                got: self.buf.len(),
-            });
-        }
-        let (head, rest) = self.buf.split_at(n);
-        self.buf = rest;
-        Ok(head)
-    }
-
-    pub(super) fn u16(&mut self) -> Result<u16, WireError> {
-        self.bytes().map(u16::from_be_bytes)
-    }
-
-    pub(super) fn u32(&mut self) -> Result<u32, WireError> {
-        self.bytes().map(u32::from_be_bytes)
-    }
-
-    fn u64(&mut self) -> Result<u64, WireError> {
-        self.bytes().map(u64::from_be_bytes)
-    }
 }
 
 /// Sequential writes into a buffer already sized to the message.

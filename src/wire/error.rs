@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use super::{MAGIC, VERSION};
+use super::layout::{MAGIC, VERSION};
 use crate::endpoint::EndpointError;
 
 /// What was wrong with a message (or with one we tried to encode).

@@ -1,10 +1,12 @@
 //! The fixed-size header, checked before a reader commits to the body.
 
-use super::{body_len_for, Kind, WireError, HEADER_LEN, MAGIC, MAX_BODY_LEN, VERSION};
+use super::error::WireError;
+use super::layout::{body_len_for, HEADER_LEN, MAGIC, MAX_BODY_LEN, VERSION};
+use super::message::Kind;
 use crate::endpoint::MAX_REGIONS;
 
-use super::codec::Reader;
-use super::token::MAX_TOKEN_LEN;
+use super::layout::MAX_TOKEN_LEN;
+use super::reader::Reader;
 
 /// A header that passed [`parse_header`]: what the body will hold.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

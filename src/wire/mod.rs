@@ -50,11 +50,12 @@
 //!
 //! The primer's raw `struct conn_info` format is in [`tutorial`].
 
-use crate::endpoint::{Endpoint, MAX_REGIONS};
-
 mod codec;
 mod error;
 mod header;
+mod layout;
+mod message;
+mod reader;
 mod token;
 pub mod tutorial;
 
@@ -64,117 +65,9 @@ mod tests;
 pub use codec::{decode, encode, encode_into, encoded_len};
 pub use error::WireError;
 pub use header::{check_prefix, parse_header, Header};
-pub use token::{Token, MAX_TOKEN_LEN};
-
-/// First four bytes of every message: tells a confused peer (a port
-/// scanner, the primer's C client, an HTTP probe) apart at once.
-pub const MAGIC: [u8; 4] = *b"VRBS";
-
-/// The wire format version this build writes and the only one it reads.
-pub const VERSION: u16 = 2;
-
-/// Length of the fixed header (magic, version, kind, token length,
-/// region count, body length).
-pub const HEADER_LEN: usize = 14;
-
-/// Length of the endpoint's fixed fields (qpn, psn, lid, mtu, gid).
-pub const BODY_FIXED_LEN: usize = 28;
-
-/// Length of one encoded region (addr, len, rkey).
-pub const REGION_LEN: usize = 20;
-
-/// Largest body a valid message can have (a hello with a
-/// [`MAX_TOKEN_LEN`] token and [`MAX_REGIONS`] regions).
-pub const MAX_BODY_LEN: usize = body_len_for(MAX_TOKEN_LEN, MAX_REGIONS);
-
-/// Largest valid message, header included: a buffer this big holds any
-/// message, so readers never need to allocate per peer claim.
-pub const MAX_MESSAGE_LEN: usize = HEADER_LEN + MAX_BODY_LEN;
-
-/// Smallest QPN a peer may name: 0 and 1 are the special SMI and GSI
-/// queue pairs, which no reliable-connected queue pair has.
-pub const MIN_PEER_QPN: u32 = 2;
-
-/// The header length as a function, for readers written against the
-/// streaming API: read this many bytes, then call [`parse_header`].
-pub const fn header_len() -> usize {
-    HEADER_LEN
-}
-
-/// The body length a token of `token_len` bytes and `region_count`
-/// regions imply.
-pub const fn body_len_for(token_len: usize, region_count: usize) -> usize {
-    token_len + BODY_FIXED_LEN + REGION_LEN * region_count
-}
-
-/// Which way a message travels.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Kind {
-    /// Client to server, first: the client's endpoint and maybe a token.
-    Hello = 1,
-    /// Server to client, only after a valid hello: the server's endpoint.
-    Reply = 2,
-}
-
-impl Kind {
-    /// The kind byte on the wire.
-    pub const fn code(self) -> u8 {
-        self as u8
-    }
-
-    /// The kind a wire byte names, if any.
-    pub const fn from_code(code: u8) -> Option<Kind> {
-        match code {
-            1 => Some(Kind::Hello),
-            2 => Some(Kind::Reply),
-            _ => None,
-        }
-    }
-}
-
-/// One message: an endpoint, which way it travels, and (hello only) the
-/// token the client presents.
-#[derive(Clone, PartialEq, Eq, Debug)]
-pub struct Message {
-    /// Hello or reply.
-    pub kind: Kind,
-    /// The token a hello presents; always `None` in a reply.
-    pub token: Option<Token>,
-    /// The sender's endpoint.
-    pub endpoint: Endpoint,
-}
-
-impl Message {
-    /// A client's hello.
-    pub fn hello(endpoint: Endpoint, token: Option<Token>) -> Message {
-        Message {
-            kind: Kind::Hello,
-            token,
-            endpoint,
-        }
-    }
-
-    /// A server's reply.
-    pub fn reply(endpoint: Endpoint) -> Message {
-        Message {
-            kind: Kind::Reply,
-            token: None,
-            endpoint,
-        }
-    }
-
-    /// What both [`encode`] and [`decode`] require: the endpoint passes
-    /// [`Endpoint::validate`] (24-bit QPN and PSN, known MTU, at most
-    /// [`MAX_REGIONS`] regions none of which wraps around), its QPN is
-    /// at least [`MIN_PEER_QPN`], and a reply carries no token.
-    pub fn validate(&self) -> Result<(), WireError> {
-        self.endpoint.validate()?;
-        if self.endpoint.qpn < MIN_PEER_QPN {
-            return Err(WireError::ReservedQpn(self.endpoint.qpn));
-        }
-        if self.kind == Kind::Reply && self.token.is_some() {
-            return Err(WireError::Inconsistent("a reply carries no token"));
-        }
-        Ok(())
-    }
-}
+pub use layout::{
+    body_len_for, header_len, BODY_FIXED_LEN, HEADER_LEN, MAGIC, MAX_BODY_LEN, MAX_MESSAGE_LEN,
+    MAX_TOKEN_LEN, MIN_PEER_QPN, REGION_LEN, VERSION,
+};
+pub use message::{Kind, Message};
+pub use token::Token;

@@ -8,6 +8,7 @@ use alloc::vec::Vec;
 
 use super::tutorial::ConnInfo;
 use super::*;
+use crate::endpoint::{Endpoint, MAX_REGIONS};
 use crate::endpoint::{Mtu, RemoteRegion};
 use crate::gid::Gid;
 

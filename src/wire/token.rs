@@ -3,10 +3,8 @@
 use core::fmt;
 use core::hint::black_box;
 
-use super::WireError;
-
-/// Longest token a hello can carry.
-pub const MAX_TOKEN_LEN: usize = 64;
+use super::error::WireError;
+use super::layout::MAX_TOKEN_LEN;
 
 /// A shared token of 1 to [`MAX_TOKEN_LEN`] bytes.
 ///

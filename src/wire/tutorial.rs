@@ -38,7 +38,8 @@
 
 use alloc::vec;
 
-use super::{WireError, MIN_PEER_QPN};
+use super::error::WireError;
+use super::layout::MIN_PEER_QPN;
 use crate::endpoint::{Endpoint, Mtu, RemoteRegion, MAX_QPN};
 use crate::gid::Gid;
 

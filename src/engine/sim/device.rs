@@ -9,7 +9,7 @@
 //! It records, per buffer, whether the device may still use it: the model
 //! checks every buffer the engine hands back against that.
 
-use alloc::collections::{BTreeMap, VecDeque};
+use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 use core::mem::MaybeUninit;
 
@@ -21,20 +21,8 @@ use crate::sys::{self, ibv_wc_opcode as Op, ibv_wc_status as St, Zeroed};
 
 use super::super::doorbell::Provider;
 use super::alloc_count::uncounted;
+use super::model::{busy, BUSY};
 use super::rng::Rng;
-
-std::thread_local! {
-    /// Buffers the device may still touch (posted, not yet finished): a
-    /// buffer dropped or handed back while here is the bug the simulation
-    /// hunts.
-    pub(crate) static BUSY: core::cell::RefCell<BTreeMap<u64, u32>> = const { core::cell::RefCell::new(BTreeMap::new()) };
-}
-
-/// True while the device may still touch buffer `id` (some post of it is
-/// not finished: a prepared request's buffer may be posted many times).
-pub(crate) fn busy(id: u64) -> bool {
-    BUSY.with(|b| b.borrow().contains_key(&id))
-}
 
 /// A buffer of the simulation: an identity and an address range of its own.
 #[derive(Debug)]
@@ -289,9 +277,8 @@ impl SimDevice {
             let (wr_id, signaled, bufs) = read(i);
             let refused = if taken.len() >= room {
                 Some(libc::ENOMEM)
-            } else if bufs.len() > max_sge {
-                Some(libc::EINVAL)
-            } else if self.rng.below(1000) < u64::from(self.refuse_permille) {
+            } else if bufs.len() > max_sge || self.rng.below(1000) < u64::from(self.refuse_permille)
+            {
                 Some(libc::EINVAL)
             } else {
                 None

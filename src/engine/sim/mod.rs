@@ -18,7 +18,9 @@
 
 mod alloc_count;
 mod device;
+mod drain;
 mod model;
+mod plan;
 mod rng;
 mod run;
 

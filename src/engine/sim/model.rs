@@ -6,7 +6,18 @@
 
 use alloc::collections::{BTreeMap, BTreeSet};
 
-use super::device::busy;
+std::thread_local! {
+    /// Buffers the device may still touch (posted, not yet finished): a
+    /// buffer dropped or handed back while here is the bug the simulation
+    /// hunts.
+    pub(crate) static BUSY: core::cell::RefCell<BTreeMap<u64, u32>> = const { core::cell::RefCell::new(BTreeMap::new()) };
+}
+
+/// True while the device may still touch buffer `id` (some post of it is
+/// not finished: a prepared request's buffer may be posted many times).
+pub(crate) fn busy(id: u64) -> bool {
+    BUSY.with(|b| b.borrow().contains_key(&id))
+}
 
 /// Where a buffer was last posted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

@@ -1,21 +1,22 @@
 //! One seeded run: an engine on the simulated device, driven by a random
 //! mix of every operation a caller and a device can perform, checked
 //! against the model after every step, then drained and torn down.
+// Refused posts come back with their requests, by value, as the API does.
+#![allow(clippy::result_large_err)]
 
 use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 
 use crate::engine::config::Queue;
 use crate::engine::core::Engine;
-use crate::engine::prepared::{PreparedRecv, PreparedSend};
+use crate::engine::prepared_table::{PreparedRecv, PreparedSend};
 use crate::engine::qp_slot::{QpId, QpInfo, QpState};
-use crate::engine::srq::SrqSlots;
 use crate::sgl::Local;
 use crate::sys;
 use crate::wr::{RecvRequest, RemoteSlice, SendOp, SendRequest};
 
 use super::alloc_count::{counted, uncounted};
-use super::device::{Sim, SimBuf, SimDevice, SimQpRef, BUSY};
+use super::device::{Sim, SimBuf, SimQpRef};
 use super::model::{self, Home};
 use super::rng::Rng;
 
@@ -39,17 +40,17 @@ pub(crate) struct Report {
 
 type SimEngine = Engine<SimBuf, Sim>;
 
-struct Run {
-    seed: u64,
-    step: u64,
-    rng: Rng,
-    engine: SimEngine,
+pub(super) struct Run {
+    pub(super) seed: u64,
+    pub(super) step: u64,
+    pub(super) rng: Rng,
+    pub(super) engine: SimEngine,
     /// Live queue pairs: the engine's handle and the device's index.
-    qps: Vec<(QpId, usize)>,
-    sends: Vec<(PreparedSend, Home)>,
-    recvs: Vec<(PreparedRecv, Home)>,
-    leaked: BTreeSet<Home>,
-    report: Report,
+    pub(super) qps: Vec<(QpId, usize)>,
+    pub(super) sends: Vec<(PreparedSend, Home)>,
+    pub(super) recvs: Vec<(PreparedRecv, Home)>,
+    pub(super) leaked: BTreeSet<Home>,
+    pub(super) report: Report,
 }
 
 fn buf() -> SimBuf {
@@ -59,7 +60,7 @@ fn buf() -> SimBuf {
 }
 
 impl Run {
-    fn add_qp(&mut self) {
+    pub(super) fn add_qp(&mut self) {
         let send = 1 + self.rng.below(16) as u32;
         let recv = 1 + self.rng.below(16) as u32;
         let sge = 1 + self.rng.below(4) as u32;
@@ -135,7 +136,7 @@ impl Run {
         }
     }
 
-    fn step(&mut self) {
+    pub(super) fn step(&mut self) {
         self.step += 1;
         let Some((qp, dev_qp)) = self.pick() else {
             self.add_qp();
@@ -351,7 +352,7 @@ impl Run {
     /// holds no request, so the engine hands back the rest) to RTS.
     /// Soft-RoCE has been seen to replay flushes after a reset: hostile
     /// runs replay some.
-    fn reset(&mut self, qp: QpId, dev_qp: usize) {
+    pub(super) fn reset(&mut self, qp: QpId, dev_qp: usize) {
         self.engine.prov.dev.fail(dev_qp);
         for _ in 0..self.rng.below(3) {
             self.poll_quietly();
@@ -387,7 +388,7 @@ impl Run {
         let _ = self.engine.mark_state(qp, QpState::RTS);
     }
 
-    fn poll_quietly(&mut self) {
+    pub(super) fn poll_quietly(&mut self) {
         let (seed, step) = (self.seed, self.step);
         let _ = self.engine.poll(|mut c| {
             if let Some(b) = c.take_buf() {
@@ -405,128 +406,5 @@ impl Run {
         } else {
             let _ = dev_qp;
         }
-    }
-}
-
-/// Runs `plan`; panics (naming the seed and step) on the first broken promise.
-pub(crate) fn run(plan: Plan) -> Report {
-    model::reset();
-    BUSY.with(|b| b.borrow_mut().clear());
-    let mut rng = Rng::new(plan.seed ^ 0x5EED);
-    let mut dev = SimDevice::new(plan.seed);
-    dev.refuse_permille = rng.below(40) as u32;
-    dev.fail_destroy_permille = if plan.hostile {
-        1 + rng.below(300) as u32
-    } else {
-        0
-    };
-    let srq = rng.chance(500).then(|| {
-        dev.srq_depth = 1 + rng.below(16) as usize;
-        SrqSlots::new((), dev.srq_depth as u32, 4)
-    });
-    let engine = Engine::assemble(Sim { dev }, (), 256, None, srq, false);
-    let mut run = Run {
-        seed: plan.seed,
-        step: 0,
-        rng,
-        engine,
-        qps: Vec::new(),
-        sends: Vec::new(),
-        recvs: Vec::new(),
-        leaked: BTreeSet::new(),
-        report: Report::default(),
-    };
-    for _ in 0..1 + run.rng.below(4) {
-        run.add_qp();
-    }
-    for _ in 0..plan.ops {
-        run.step();
-    }
-    run.report.ops = plan.ops;
-    drain(&mut run);
-    let mut report = run.report;
-    report.posts = run.engine.prov.dev.posts;
-    // Teardown destroys succeed: the leaks to account for are the ones
-    // `remove_qp` reported.
-    run.engine.prov.dev.fail_destroy_permille = 0;
-    let Run {
-        mut engine,
-        sends,
-        recvs,
-        leaked,
-        seed,
-        ..
-    } = run;
-    for (p, _) in sends {
-        let _ = engine.release_prepared(p).map(|b| b.count());
-    }
-    for (p, _) in recvs {
-        let _ = engine.release_prepared(p).map(|b| b.count());
-    }
-    drop(engine);
-    report.leaked = model::check_nothing_lost(&leaked, seed);
-    report
-}
-
-/// No more faults: the device finishes every request (and the shared
-/// receive queue's), the engine polls until nothing is in flight. Room
-/// must come back everywhere: a queue that keeps requests is wedged.
-fn drain(run: &mut Run) {
-    let dev = &mut run.engine.prov.dev;
-    dev.refuse_permille = 0;
-    for i in 0..dev.qps.len() {
-        if !dev.qps[i].destroyed {
-            let n = dev.qps[i].queues[0].len();
-            dev.complete(i, false, n);
-            let n = dev.qps[i].queues[1].len();
-            dev.complete(i, true, n);
-        }
-    }
-    if let Some(live) = run.engine.prov.dev.qps.iter().position(|q| !q.destroyed) {
-        while !run.engine.prov.dev.srq.is_empty() {
-            run.engine.prov.dev.complete_srq(live);
-        }
-    }
-    for _ in 0..100_000 {
-        if run.engine.prov.dev.cq.is_empty() {
-            break;
-        }
-        run.poll_quietly();
-    }
-    // A flushed or completed unsignaled tail whose signaled successor never
-    // came: post one signaled request per queue pair to finish it, as a
-    // caller would (the engine signals by itself before the queue fills).
-    for &(qp, dev_qp) in &run.qps.clone() {
-        if run.engine.state(qp).ok() == Some(QpState::ERR) || run.engine.prov.dev.qps[dev_qp].error
-        {
-            run.reset(qp, dev_qp);
-        }
-        for _ in 0..64 {
-            if run.engine.in_flight(qp).map_or(true, |f| f.0 == 0) {
-                break;
-            }
-            let dev = &mut run.engine.prov.dev;
-            if dev.qps[dev_qp].queues[0].is_empty() && !dev.qps[dev_qp].error {
-                let _ = run.engine.post_inline(qp, SendOp::Send, b"", 0, true);
-            }
-            let n = run.engine.prov.dev.qps[dev_qp].queues[0].len();
-            run.engine.prov.dev.complete(dev_qp, false, n);
-            if run.engine.prov.dev.qps[dev_qp].error {
-                run.engine.prov.dev.fail(dev_qp);
-            }
-            run.poll_quietly();
-        }
-        let f = run.engine.in_flight(qp).unwrap_or((0, 0));
-        let d = &run.engine.prov.dev.qps[dev_qp];
-        assert_eq!(
-            f,
-            (0, 0),
-            "seed {}: queue pair {qp:?} still holds requests after every completion came: wedged (engine state {:?}; device error {}, queues {}/{})",
-            run.seed,
-            run.engine.state(qp),
-            d.error,
-            d.queues[0].len(),
-            d.queues[1].len()
-        );
     }
 }

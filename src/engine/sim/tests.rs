@@ -2,7 +2,8 @@
 //! friendly and hostile, in well under a minute on the host (fewer under
 //! Miri).
 
-use super::run::{run, Plan};
+use super::plan::run;
+use super::run::Plan;
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)

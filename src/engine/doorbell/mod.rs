@@ -1,0 +1,272 @@
+//! The doorbell: where the engine hands work requests to the device. Every
+//! pointer a work request carries is set here, and every post here records
+//! (or is recorded by the caller in the same step) who owns the memory the
+//! request names until it completes.
+//!
+//! # Safety
+//!
+//! The one engine module allowed `unsafe`. A post is sound because, for as
+//! long as the device may use a request's memory:
+//! - an own-buffer request's buffers are in its ring slot, moved there by
+//!   the function that posted it ([`send`], [`recv`]), and a ring slot is
+//!   emptied only by a completion of its sequence number or a later one
+//!   (`ring.rs`, `poll.rs`) or after its queue pair was destroyed
+//!   successfully (`core.rs`);
+//! - a prepared request's buffers stay in its table entry, which refuses
+//!   loans, copies and release while its latest post is in flight
+//!   (`prepared.rs`, `PreparedTable::idle`);
+//! - a shared-receive-queue receive's buffers are in its slot until its
+//!   completion or the queue's successful destroy (`srq.rs`);
+//! - a window bind names a window and a region its [`ExposedBuf`] keeps
+//!   alive (`memory/exposed.rs`), and inline data is copied by the provider
+//!   during the post.
+//!
+//! [`ExposedBuf`]: crate::ExposedBuf
+#![allow(unsafe_code)]
+
+use core::mem::MaybeUninit;
+
+mod build;
+mod prepared_wr;
+mod provider;
+mod raw_send;
+
+use crate::error::Error;
+use crate::memory::{ArenaBuf, NicBuf};
+use crate::raw::{PageMemory, RawMr, RawMw, RawQp};
+use crate::sgl::{Sgl, MAX_SGE};
+use crate::site;
+use crate::sys::{self, ibv_send_flags as F, ibv_wr_opcode as O, Zeroed};
+use crate::wr::SendOp;
+
+use super::ring::Ring;
+use build::{check_atomic_result, send_wr};
+
+pub(crate) use build::{send_flags, SendMeta};
+pub(crate) use prepared_wr::PreparedWr;
+pub use provider::{Provider, Verbs};
+pub(crate) use raw_send::send_raw;
+pub use raw_send::RawSend;
+
+/// One send of the caller's: its operation and buffers, and how to post it.
+pub(crate) struct OwnSend<'a, B> {
+    pub(crate) op: &'a SendOp,
+    pub(crate) sgl: &'a mut Sgl<B>,
+    pub(crate) meta: SendMeta,
+    pub(crate) fence: bool,
+    pub(crate) solicited: bool,
+    /// Only requests of [`crate::HostBuf`]s get here with it set (see
+    /// `SendRequest::inline`): the provider reads their bytes at post time.
+    pub(crate) inline: bool,
+}
+
+/// Posts `sends` (a prefix of `Some`) as one chain on `qp` (one doorbell) and moves each posted
+/// request's buffers into `ring`, whose next sequence numbers their ids
+/// carry. Returns how many were posted, with the provider's refusal if it
+/// took fewer than all. The caller checked the ring's room for all of them.
+pub(crate) fn send<B: NicBuf, P: Provider>(
+    prov: &mut P,
+    qp: &P::Qp,
+    qp_index: u32,
+    ring: &mut Ring<B>,
+    max_sge: u32,
+    sends: &mut [Option<OwnSend<'_, B>>],
+) -> (usize, Result<(), Error>) {
+    const CHAIN: usize = super::config::MAX_CHAIN;
+    let n = sends.iter().take_while(|s| s.is_some()).count().min(CHAIN);
+    let mut wrs = [const { MaybeUninit::<sys::ibv_send_wr>::uninit() }; CHAIN];
+    let mut sges = [[sys::ibv_sge::default(); MAX_SGE]; CHAIN];
+    let first = ring.next_seq();
+    for i in 0..n {
+        let Some(s) = &sends[i] else { break };
+        let built = s
+            .sgl
+            .build(max_sge, &mut sges[i])
+            .and_then(|(num, total)| check_atomic_result(s.op, total).map(|()| num));
+        let num = match built {
+            Ok(num) => num,
+            Err(e) => return (0, Err(e)),
+        };
+        let flags = send_flags(s.meta.signaled, s.fence, s.solicited, s.inline);
+        let mut wr = send_wr(
+            s.op,
+            super::id::ring(false, qp_index, first + i as u64),
+            flags,
+        );
+        wr.num_sge = num;
+        wr.sg_list = sges[i].as_mut_ptr();
+        wrs[i].write(wr);
+    }
+    // SAFETY: the first `n` entries were written in the loop above.
+    let chain =
+        unsafe { core::slice::from_raw_parts_mut(wrs.as_mut_ptr().cast::<sys::ibv_send_wr>(), n) };
+    // SAFETY: each request's entries were built just now from its own list
+    // (`Sgl::build`: buffers registered, ranges inside them), and every
+    // posted request's list moves into its ring slot below, before anyone
+    // can reach it again; a slot is emptied only on its completion (module
+    // docs). The entries live on this frame for the call.
+    let result = unsafe { prov.post_send(qp, chain) };
+    let posted = match &result {
+        Ok(()) => n,
+        Err(f) => f.posted.min(n),
+    };
+    for s in sends.iter_mut().take(posted).flatten() {
+        let slot = ring.push(s.meta.tag, s.meta.opcode, s.meta.signaled);
+        s.sgl.move_into(&mut slot.sgl);
+    }
+    (posted, result.map_err(|f| f.error))
+}
+
+/// Posts a send whose `data` the provider copies into the work request
+/// (`IBV_SEND_INLINE`): nothing stays with the queue. The caller checked
+/// the ring's room and the granted inline size.
+pub(crate) fn send_inline<B, P: Provider>(
+    prov: &mut P,
+    qp: &P::Qp,
+    qp_index: u32,
+    ring: &mut Ring<B>,
+    op: &SendOp,
+    data: &[u8],
+    meta: SendMeta,
+) -> Result<(), Error> {
+    let mut sge = sys::ibv_sge {
+        addr: data.as_ptr() as u64,
+        length: u32::try_from(data.len())
+            .map_err(|_| Error::invalid(site!("post_inline", "inline data over 4 GiB")))?,
+        lkey: 0,
+    };
+    let mut wr = send_wr(
+        op,
+        super::id::ring(false, qp_index, ring.next_seq()),
+        send_flags(meta.signaled, false, false, true),
+    );
+    wr.num_sge = 1;
+    wr.sg_list = &mut sge;
+    // SAFETY: with IBV_SEND_INLINE the provider copies `data` into the work
+    // queue during the call; `data` and `sge` outlive it.
+    unsafe { prov.post_send(qp, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
+    ring.push(meta.tag, meta.opcode, meta.signaled);
+    Ok(())
+}
+
+/// Posts receives on `qp`, moving each posted one's buffers into `ring`.
+/// The caller checked the ring's room.
+pub(crate) fn recv<B: NicBuf, P: Provider>(
+    prov: &mut P,
+    qp: &P::Qp,
+    qp_index: u32,
+    ring: &mut Ring<B>,
+    max_sge: u32,
+    sgl: &mut Sgl<B>,
+    tag: u64,
+) -> Result<(), Error> {
+    let mut sges = [sys::ibv_sge::default(); MAX_SGE];
+    let (num, _) = sgl.build(max_sge, &mut sges)?;
+    let mut wr = sys::ibv_recv_wr {
+        wr_id: super::id::ring(true, qp_index, ring.next_seq()),
+        next: core::ptr::null_mut(),
+        sg_list: sges.as_mut_ptr(),
+        num_sge: num,
+    };
+    // SAFETY: the entries were built just now from `sgl`, which moves into
+    // the ring slot below; a slot is emptied only on its completion.
+    unsafe { prov.post_recv(qp, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
+    let slot = ring.push(tag, sys::ibv_wc_opcode::RECV, true);
+    sgl.move_into(&mut slot.sgl);
+    Ok(())
+}
+
+/// Posts a receive on the shared receive queue with id `wr_id` (its slot
+/// and generation); the caller moves `sgl` into that slot on success.
+pub(crate) fn srq_recv<B: NicBuf, P: Provider>(
+    prov: &mut P,
+    srq: &P::Srq,
+    max_sge: u32,
+    sgl: &mut Sgl<B>,
+    wr_id: u64,
+    slot: &mut Sgl<B>,
+) -> Result<(), Error> {
+    let mut sges = [sys::ibv_sge::default(); MAX_SGE];
+    let (num, _) = sgl.build(max_sge, &mut sges)?;
+    let mut wr = sys::ibv_recv_wr {
+        wr_id,
+        next: core::ptr::null_mut(),
+        sg_list: sges.as_mut_ptr(),
+        num_sge: num,
+    };
+    // SAFETY: the entries were built just now from `sgl`, which moves into
+    // the receive's slot below; the slot is emptied only on its completion
+    // (srq.rs) or after the queue's successful destroy.
+    unsafe { prov.post_srq_recv(srq, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
+    sgl.move_into(slot);
+    Ok(())
+}
+
+/// Posts a prepared send as request `seq` of queue pair `qp_index`. The
+/// caller records the post in the ring (`push`, with the entry's index) and
+/// as the entry's latest post.
+#[inline(always)]
+pub(crate) fn send_prepared<P: Provider>(
+    prov: &mut P,
+    qp: &P::Qp,
+    qp_index: u32,
+    seq: u64,
+    wr: &mut PreparedWr,
+    signaled: bool,
+) -> Result<(), Error> {
+    wr.send.wr_id = super::id::ring(false, qp_index, seq);
+    let base = wr.flags();
+    wr.send.send_flags = if signaled { base | F::SIGNALED } else { base };
+    // SAFETY: `wr` points at its own entries' block (stable on the heap),
+    // built from the buffers the entry owns; the entry refuses loans, copies
+    // and release while this post (its latest) is in flight.
+    unsafe { prov.post_send(qp, core::slice::from_mut(&mut wr.send)) }.map_err(|f| f.error)
+}
+
+/// Posts a prepared receive as request `seq` of queue pair `qp_index`; the
+/// caller records it as `send_prepared` says.
+#[inline(always)]
+pub(crate) fn recv_prepared<P: Provider>(
+    prov: &mut P,
+    qp: &P::Qp,
+    qp_index: u32,
+    seq: u64,
+    wr: &mut PreparedWr,
+) -> Result<(), Error> {
+    wr.recv.wr_id = super::id::ring(true, qp_index, seq);
+    // SAFETY: as in `send_prepared`.
+    unsafe { prov.post_recv(qp, core::slice::from_mut(&mut wr.recv)) }.map_err(|f| f.error)
+}
+
+/// Posts the bind of `mw` to `buf` (in its arena's region) with `rkey` and
+/// `access`, signaled, as request `seq` of the queue pair. On success the
+/// caller makes the window keep `buf`.
+pub(crate) fn bind(
+    qp: &RawQp,
+    qp_index: u32,
+    seq: u64,
+    mw: &RawMw<ArenaBuf>,
+    buf: &ArenaBuf,
+    rkey: u32,
+    access: sys::ibv_access_flags,
+) -> Result<(), Error> {
+    let mr: &RawMr<PageMemory> = buf.shared().mr();
+    let mut wr = sys::ibv_send_wr::zeroed();
+    wr.wr_id = super::id::ring(false, qp_index, seq);
+    wr.opcode = O::BIND_MW;
+    wr.send_flags = F::SIGNALED;
+    wr.bind_mw_or_tso.bind_mw = sys::ibv_send_wr_bind_mw {
+        mw: mw.as_ptr(),
+        rkey,
+        bind_info: sys::ibv_mw_bind_info {
+            mr: mr.as_ptr(),
+            addr: buf.addr(),
+            length: buf.len() as u64,
+            mw_access_flags: access,
+        },
+    };
+    // SAFETY: the window and the region are live handles: the caller makes
+    // the window keep `buf` once this post succeeds, and the buffer's arena
+    // keeps the region while any buffer lives; the bind reads no memory.
+    unsafe { qp.post_send(core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)
+}

@@ -1,0 +1,74 @@
+//! A run's plan and report, and the run itself: set up, step, drain,
+//! tear down, check nothing was lost.
+
+use alloc::collections::BTreeSet;
+use alloc::vec::Vec;
+
+use crate::engine::core::Engine;
+use crate::engine::srq::SrqSlots;
+
+use super::device::{Sim, SimDevice};
+use super::drain::drain;
+use super::model::{self, BUSY};
+use super::rng::Rng;
+use super::run::{Plan, Report, Run};
+
+/// Runs `plan`; panics (naming the seed and step) on the first broken promise.
+pub(crate) fn run(plan: Plan) -> Report {
+    model::reset();
+    BUSY.with(|b| b.borrow_mut().clear());
+    let mut rng = Rng::new(plan.seed ^ 0x5EED);
+    let mut dev = SimDevice::new(plan.seed);
+    dev.refuse_permille = rng.below(40) as u32;
+    dev.fail_destroy_permille = if plan.hostile {
+        1 + rng.below(300) as u32
+    } else {
+        0
+    };
+    let srq = rng.chance(500).then(|| {
+        dev.srq_depth = 1 + rng.below(16) as usize;
+        SrqSlots::new((), dev.srq_depth as u32, 4)
+    });
+    let engine = Engine::assemble(Sim { dev }, (), 256, None, srq, false);
+    let mut run = Run {
+        seed: plan.seed,
+        step: 0,
+        rng,
+        engine,
+        qps: Vec::new(),
+        sends: Vec::new(),
+        recvs: Vec::new(),
+        leaked: BTreeSet::new(),
+        report: Report::default(),
+    };
+    for _ in 0..1 + run.rng.below(4) {
+        run.add_qp();
+    }
+    for _ in 0..plan.ops {
+        run.step();
+    }
+    run.report.ops = plan.ops;
+    drain(&mut run);
+    let mut report = run.report;
+    report.posts = run.engine.prov.dev.posts;
+    // Teardown destroys succeed: the leaks to account for are the ones
+    // `remove_qp` reported.
+    run.engine.prov.dev.fail_destroy_permille = 0;
+    let Run {
+        mut engine,
+        sends,
+        recvs,
+        leaked,
+        seed,
+        ..
+    } = run;
+    for (p, _) in sends {
+        let _ = engine.release_prepared(p).map(|b| b.count());
+    }
+    for (p, _) in recvs {
+        let _ = engine.release_prepared(p).map(|b| b.count());
+    }
+    drop(engine);
+    report.leaked = model::check_nothing_lost(&leaked, seed);
+    report
+}
