@@ -6,11 +6,12 @@
 //! `docs/ARCHITECTURE.md`): [`sys`] (the mirror of `verbs.h`), the raw
 //! layer of owned handles (internal), [`error`], [`memory`] (what the NIC
 //! and the CPU may touch), [`device`], [`pd`], work requests ([`wr`]), the
-//! completion [`engine`], the single [`qp`] front, [`cm`] (librdmacm), and
-//! the out-of-band exchange ([`endpoint`], [`wire`], `exchange`).
+//! completion [`engine`], the single [`qp`] front, `cm` (librdmacm, feature
+//! `cm`), and the out-of-band exchange ([`endpoint`], [`wire`], `exchange`).
 //!
-//! `unsafe` is allowed only in `sys`, the raw layer, `memory` and the
-//! engine's doorbell (listed and checked by `tests/architecture.rs`).
+//! `unsafe` is allowed only in `sys`, the raw layer, `memory`, the engine's
+//! doorbell and its test-only simulated provider (listed and checked by
+//! `tests/architecture.rs`).
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(unsafe_code)]
 #![warn(

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 /// The top-level modules, bottom up: each imports only from those before it.
 const LAYERS: &[&str] = &[
-    "sys", "error", "raw", "time", "gid", "tlsf", "endpoint", "wire", "device", "pd", "memory", "sgl", "wr", "engine", "qp", "cm",
-    "exchange",
+    "sys", "error", "raw", "time", "gid", "tlsf", "endpoint", "wire", "device", "pd", "memory",
+    "sgl", "wr", "engine", "qp", "cm", "exchange",
 ];
 
 /// The modules allowed `unsafe` (each with a `# Safety` section in its docs).
@@ -36,7 +36,10 @@ fn files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// `src/a/b.rs` and `src/a/b/mod.rs` -> `a::b`; `src/lib.rs` -> ``.
 fn module_of(path: &Path) -> String {
     let rel = path.strip_prefix(src()).unwrap().with_extension("");
-    let mut parts: Vec<String> = rel.iter().map(|p| p.to_string_lossy().into_owned()).collect();
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
     if parts.last().is_some_and(|p| p == "mod" || p == "lib") {
         parts.pop();
     }
@@ -59,7 +62,10 @@ fn code(text: &str) -> String {
             let hashes = rest[1..].chars().take_while(|&c| c == '#').count();
             let close = format!("\"{}", "#".repeat(hashes));
             let body = 2 + hashes;
-            i += body + rest[body..].find(&close).map_or(rest.len() - body, |e| e + close.len());
+            i += body
+                + rest[body..]
+                    .find(&close)
+                    .map_or(rest.len() - body, |e| e + close.len());
             out.push_str("\"\"");
         } else if b[i] == b'"' {
             let mut j = i + 1;
@@ -73,7 +79,10 @@ fn code(text: &str) -> String {
             let lit = if b.get(i + 1) == Some(&b'\\') {
                 rest[3..].find('\'').map(|e| e + 4)
             } else {
-                rest.chars().nth(2).filter(|&c| c == '\'').map(|_| rest.chars().nth(1).unwrap().len_utf8() + 2)
+                rest.chars()
+                    .nth(2)
+                    .filter(|&c| c == '\'')
+                    .map(|_| rest.chars().nth(1).unwrap().len_utf8() + 2)
             };
             match lit {
                 Some(n) => {
@@ -102,9 +111,14 @@ fn without_inline_modules(code: &str) -> String {
     while let Some(i) = rest.find("mod ") {
         let before = rest[..i].chars().last();
         let after = &rest[i + 4..];
-        let name_len = after.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(after.len());
+        let name_len = after
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .unwrap_or(after.len());
         let tail = after[name_len..].trim_start();
-        if before.is_none_or(|c| !c.is_alphanumeric() && c != '_') && name_len > 0 && tail.starts_with('{') {
+        if before.is_none_or(|c| !c.is_alphanumeric() && c != '_')
+            && name_len > 0
+            && tail.starts_with('{')
+        {
             out.push_str(&rest[..i]);
             let open = i + 4 + name_len + (after[name_len..].len() - tail.len());
             let mut depth = 0;
@@ -175,7 +189,9 @@ fn paths(code: &str) -> Vec<String> {
     while let Some(i) = rest.find("use ") {
         let before = rest[..i].chars().last();
         let start = i + 4;
-        let Some(end) = rest[start..].find(';') else { break };
+        let Some(end) = rest[start..].find(';') else {
+            break;
+        };
         if before.is_none_or(|c| !c.is_alphanumeric() && c != '_') {
             expand("", &rest[start..start + end], &mut out);
         }
@@ -186,7 +202,9 @@ fn paths(code: &str) -> Vec<String> {
         while let Some(i) = rest.find(anchor) {
             let before = rest[..i].chars().last();
             let tail = &rest[i..];
-            let len = tail.find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':')).unwrap_or(tail.len());
+            let len = tail
+                .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                .unwrap_or(tail.len());
             if before.is_none_or(|c| !c.is_alphanumeric() && c != '_' && c != ':') {
                 out.push(tail[..len].trim_end_matches(':').to_string());
             }
@@ -199,7 +217,11 @@ fn paths(code: &str) -> Vec<String> {
 /// The module a path refers to, resolved from `module`: the longest prefix
 /// that is a module of the crate. `None` for other crates (`core`, `libc`).
 fn resolve(module: &str, path: &str, modules: &BTreeSet<String>) -> Option<String> {
-    let mut parts: Vec<&str> = if module.is_empty() { Vec::new() } else { module.split("::").collect() };
+    let mut parts: Vec<&str> = if module.is_empty() {
+        Vec::new()
+    } else {
+        module.split("::").collect()
+    };
     let mut segs = path.split("::").peekable();
     match segs.peek().copied() {
         Some("crate") => {
@@ -296,7 +318,12 @@ fn no_import_loop() {
     let graph = edges(&load());
     // Depth-first search for a cycle, ignoring the crate root (which only
     // declares modules and re-exports them).
-    fn visit(node: &str, graph: &BTreeMap<String, BTreeSet<String>>, path: &mut Vec<String>, done: &mut BTreeSet<String>) {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) {
         if done.contains(node) {
             return;
         }
@@ -333,7 +360,9 @@ fn no_module_imports_one_above_its_layer() {
         };
         for to in targets {
             if to.is_empty() {
-                wrong.push(format!("{from} imports through the crate root's re-exports"));
+                wrong.push(format!(
+                    "{from} imports through the crate root's re-exports"
+                ));
                 continue;
             }
             if layer(to).is_some_and(|lt| lt > lf) {
@@ -355,9 +384,16 @@ fn unsafe_is_allowed_only_in_the_listed_modules() {
         }
         // The crate root allows it on one declaration: `sys`.
         if module.is_empty() {
-            assert!(text.contains("#![deny(unsafe_code)]"), "the crate denies unsafe code by default");
+            assert!(
+                text.contains("#![deny(unsafe_code)]"),
+                "the crate denies unsafe code by default"
+            );
             for line in text.lines().filter(|l| l.contains("allow(unsafe_code)")) {
-                assert_eq!(line.trim(), "#[allow(unsafe_code)]", "only an outer allow on `pub mod sys;`");
+                assert_eq!(
+                    line.trim(),
+                    "#[allow(unsafe_code)]",
+                    "only an outer allow on `pub mod sys;`"
+                );
             }
             if text.contains("#[allow(unsafe_code)]\npub mod sys;") {
                 allowed.insert("sys".to_string());
@@ -370,32 +406,62 @@ fn unsafe_is_allowed_only_in_the_listed_modules() {
         let (_, code) = &krate.modules[*module];
         let _ = code;
         let text = std::fs::read_to_string(&krate.modules[*module].0).unwrap();
-        assert!(text.contains("# Safety"), "{module} says in its docs why its unsafe code is sound");
+        assert!(
+            text.contains("# Safety"),
+            "{module} says in its docs why its unsafe code is sound"
+        );
     }
 }
 
 #[test]
 fn the_readme_lists_the_modules_with_unsafe_code() {
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
     let line = readme
         .lines()
         .find(|l| l.starts_with("Unsafe code is allowed only in"))
         .expect("the README says where unsafe code lives");
     let listed: BTreeSet<&str> = line.split('`').skip(1).step_by(2).collect();
     let expected: BTreeSet<&str> = UNSAFE_MODULES.iter().copied().collect();
-    assert_eq!(listed, expected, "the README's list of modules with unsafe code: {line}");
+    assert_eq!(
+        listed, expected,
+        "the README's list of modules with unsafe code: {line}"
+    );
 }
 
 #[test]
 fn the_parser_sees_what_it_must() {
     let mut out = Vec::new();
-    expand("", "crate::engine::{core::Engine, id::{self, WrId}}", &mut out);
-    assert_eq!(out, ["crate::engine::core::Engine", "crate::engine::id::self", "crate::engine::id::WrId"]);
-    let names: BTreeSet<String> = ["engine", "engine::id", "engine::doorbell"].iter().map(|s| s.to_string()).collect();
-    assert_eq!(resolve("engine::doorbell", "super::id::ring", &names).as_deref(), Some("engine::id"));
-    assert_eq!(resolve("engine::doorbell", "crate::sys::ibv_wc", &names).as_deref(), Some(""));
+    expand(
+        "",
+        "crate::engine::{core::Engine, id::{self, WrId}}",
+        &mut out,
+    );
+    assert_eq!(
+        out,
+        [
+            "crate::engine::core::Engine",
+            "crate::engine::id::self",
+            "crate::engine::id::WrId"
+        ]
+    );
+    let names: BTreeSet<String> = ["engine", "engine::id", "engine::doorbell"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(
+        resolve("engine::doorbell", "super::id::ring", &names).as_deref(),
+        Some("engine::id")
+    );
+    assert_eq!(
+        resolve("engine::doorbell", "crate::sys::ibv_wc", &names).as_deref(),
+        Some("")
+    );
     assert_eq!(resolve("engine", "core::mem", &names), None);
     assert_eq!(code("a // b\nc /* d */ e"), "a \nc  e");
     assert_eq!(code("x mod tests { use super::*; fn f() {} } y"), "x  y");
-    assert_eq!(code("x(\"use a; \\\" b\") y('\\'') z<'a>"), "x(\"\") y(' ') z<'a>");
+    assert_eq!(
+        code("x(\"use a; \\\" b\") y('\\'') z<'a>"),
+        "x(\"\") y(' ') z<'a>"
+    );
 }

@@ -153,7 +153,7 @@ impl Default for ConnectOptions {
         ConnectOptions {
             timeout: 14,
             retry_cnt: 7,
-            rnr_retry: 7,
+            rnr_retry: 6,
             min_rnr_timer: 12,
             hop_limit: 64,
             traffic_class: 0,

@@ -2,12 +2,12 @@
 //! (or a send/receive pair) and optionally one shared receive queue, the
 //! object one polling thread owns.
 //!
-//! - [`id`]: the one work-request id codec.
-//! - [`ring`], [`srq`], [`prepared`]: who owns each posted request's
+//! - `id`: the one work-request id codec.
+//! - `ring`, `srq`, `prepared`: who owns each posted request's
 //!   buffers until it completes (a ring slot, a shared-receive slot, a
 //!   prepared entry).
 //! - `doorbell`: the only place work requests reach the device.
-//! - [`post`], [`poll`]: the data path; `check`: what a send is checked for.
+//! - `post`, `poll`: the data path; `check`: what a send is checked for.
 //! - `setup`, `connect`, `expose`: building, connecting, exposing memory.
 //!
 //! See `docs/ARCHITECTURE.md` for the path of one post and one poll.

@@ -121,7 +121,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     }
 
     /// Posts a prepared request (again). Its completion comes back from
-    /// [`Engine::poll`] with the request's tag, its [`Prepared`] handle and
+    /// [`Engine::poll`] with the request's tag, its [`Prepared`](super::Prepared) handle and
     /// no buffers. A request may be posted again before an earlier post of
     /// it completed: one source buffer behind a whole window of Writes.
     #[inline(always)]

@@ -14,6 +14,42 @@ use super::region::Access;
 /// [`super::HostBuf`]); work requests address it by `iova`. Providers
 /// without dmabuf support (Soft-RoCE among them) give an `Unsupported`
 /// error.
+///
+/// The CPU-only operations do not compile for it:
+///
+/// ```compile_fail
+/// use verbs::{DmabufRegion, HostBuf};
+/// fn peek(r: &DmabufRegion) {
+///     let mut b = [0u8; 4];
+///     r.read_at(0, &mut b).unwrap(); // DmabufRegion is not HostBuf
+/// }
+/// ```
+///
+/// ```compile_fail
+/// use verbs::{DmabufRegion, SendOp, SendRequest};
+/// fn send(r: DmabufRegion) -> SendRequest<DmabufRegion> {
+///     SendRequest::new(SendOp::Send, r).inline() // inline reads with the CPU
+/// }
+/// ```
+///
+/// ```compile_fail
+/// use verbs::{DmabufRegion, Engine, PreparedSend};
+/// fn poke(e: &mut Engine<DmabufRegion>, p: PreparedSend) {
+///     e.write_prepared(p, 0, b"x").unwrap(); // a CPU copy into device memory
+/// }
+/// ```
+///
+/// Their host-memory twins compile:
+///
+/// ```no_run
+/// use verbs::{Engine, HostBuf, MemoryRegion, PreparedSend, SendOp, SendRequest};
+/// fn fine(e: &mut Engine<MemoryRegion>, p: PreparedSend, r: MemoryRegion) {
+///     let mut b = [0u8; 4];
+///     r.read_at(0, &mut b).unwrap();
+///     let _ = SendRequest::new(SendOp::Send, r).inline();
+///     e.write_prepared(p, 0, b"x").unwrap();
+/// }
+/// ```
 pub struct DmabufRegion {
     raw: RawMr<()>,
     iova: u64,

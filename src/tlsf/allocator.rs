@@ -71,7 +71,7 @@ pub(super) fn search_bin(units: u64) -> Option<(usize, usize)> {
     units.checked_add(round).map(bin_of)
 }
 
-/// The TLSF offset allocator. See the [module documentation](self).
+/// The TLSF offset allocator. See the [module documentation](crate::tlsf).
 ///
 /// Single owner, no locking: use it directly from one thread (it is `Send`),
 /// or through `SharedTlsf` (feature `std`) from many.
@@ -208,7 +208,7 @@ impl Tlsf {
     /// Reserves `size` bytes at an offset that is a multiple of `align`.
     ///
     /// `align` is a power of two; anything up to the granule is free of
-    /// charge ([`DEFAULT_ALIGN`] for buffers, 8 for atomics). The returned
+    /// charge ([`DEFAULT_ALIGN`](super::DEFAULT_ALIGN) for buffers, 8 for atomics). The returned
     /// [`Allocation::len`] is `size`; the block behind it is `size` rounded
     /// up to the granule. O(1); no allocation, lock or system call.
     ///
