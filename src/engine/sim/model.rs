@@ -13,6 +13,22 @@ std::thread_local! {
     pub(crate) static BUSY: core::cell::RefCell<BTreeMap<u64, u32>> = const { core::cell::RefCell::new(BTreeMap::new()) };
 }
 
+std::thread_local! {
+    /// The step the current run is at, for the failure report (a panic
+    /// anywhere in the engine still says where it happened).
+    static STEP: core::cell::Cell<u64> = const { core::cell::Cell::new(0) };
+}
+
+/// Records the step the current run is at.
+pub(crate) fn set_step(step: u64) {
+    STEP.with(|s| s.set(step));
+}
+
+/// The step the current run was at last.
+pub(crate) fn last_step() -> u64 {
+    STEP.with(|s| s.get())
+}
+
 /// True while the device may still touch buffer `id` (some post of it is
 /// not finished: a prepared request's buffer may be posted many times).
 pub(crate) fn busy(id: u64) -> bool {
@@ -42,6 +58,7 @@ std::thread_local! {
 /// Starts a fresh model (one per run).
 pub(crate) fn reset() {
     MODEL.with(|m| *m.borrow_mut() = State::default());
+    set_step(0);
 }
 
 /// A new buffer's id.

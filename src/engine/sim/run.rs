@@ -138,6 +138,7 @@ impl Run {
 
     pub(super) fn step(&mut self) {
         self.step += 1;
+        model::set_step(self.step);
         let Some((qp, dev_qp)) = self.pick() else {
             self.add_qp();
             return;

@@ -31,8 +31,10 @@ fn sweep(hostile: bool) {
     for seed in (base..base + seeds).filter(|s| only.is_none_or(|o| o == *s)) {
         let r = std::panic::catch_unwind(|| run(Plan { seed, ops, hostile }));
         let r = r.unwrap_or_else(|e| {
+            let step = super::model::last_step();
             std::eprintln!(
-                "simulation failed: replay with VERBS_SIM_SEED={seed} cargo test --lib sim"
+                "simulation failed at seed {seed} step {step}, after {} operations of this sweep: replay with VERBS_SIM_SEED={seed} cargo test --lib sim",
+                total + step
             );
             std::panic::resume_unwind(e)
         });
