@@ -176,35 +176,10 @@ impl<B: NicBuf> Engine<B, Verbs> {
         deadline: Deadline,
         mut on_done: impl FnMut(CompletionRef<'_, B>),
     ) -> Result<(), Error> {
-        self.modify_state(qp, QpState::ERR, site!("ibv_modify_qp(->ERR)"))?;
         let settle = deadline.min(Deadline::after(core::time::Duration::from_millis(100)));
-        while self.in_flight(qp)? != (0, 0) && !settle.passed() {
-            self.poll(&mut on_done)?;
-        }
-        self.modify_state(qp, QpState::RESET, site!("ibv_modify_qp(->RESET)"))?;
-        self.retire_all(qp, &mut on_done)?;
-        let slot = self.slot_mut(qp)?;
-        slot.info.psn = crate::time::random_u32() & crate::endpoint::MAX_PSN;
-        slot.unsignaled_run = 0;
+        self.flush_to_reset(qp, || !settle.passed(), &mut on_done)?;
+        self.slot_mut(qp)?.info.psn = crate::time::random_u32() & crate::endpoint::MAX_PSN;
         self.enter_init(qp)
-    }
-
-    fn modify_state(
-        &mut self,
-        qp: QpId,
-        state: QpState,
-        site: &'static crate::error::Site,
-    ) -> Result<(), Error> {
-        let slot = self.slot_mut(qp)?;
-        let raw = slot
-            .qp
-            .as_ref()
-            .ok_or(Error::invalid(site!("queue pair")))?;
-        let mut attr = sys::ibv_qp_attr::zeroed();
-        attr.qp_state = state;
-        raw.modify(site, &mut attr, M::STATE)?;
-        slot.set_state(state);
-        Ok(())
     }
 
     /// What the device reports of `qp` (`ibv_query_qp`): its state, the

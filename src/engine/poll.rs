@@ -174,6 +174,11 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             }
             WrId::Raw(_) => {
                 let qp = self.by_qp_num(wc.qp_num);
+                if wc.status != WcStatus::SUCCESS {
+                    if let Some(q) = qp {
+                        self.qps[q.index as usize].set_state(QpState::ERR);
+                    }
+                }
                 on_done(CompletionRef {
                     wc,
                     origin: Origin::Raw,
@@ -208,6 +213,38 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             wc.qp_num = qp_num;
             self.retire(&wc, on_done);
         }
+        Ok(())
+    }
+
+    /// A reset's bookkeeping half: `qp` to ERR (the device flushes what it
+    /// holds), the flushes handed back while `settling()` says to wait for
+    /// them, then RESET, where the device owns no work request and the rest
+    /// is handed back as flushed.
+    pub(crate) fn flush_to_reset(
+        &mut self,
+        qp: QpId,
+        mut settling: impl FnMut() -> bool,
+        on_done: &mut impl FnMut(CompletionRef<'_, B>),
+    ) -> Result<(), Error> {
+        self.set_state(qp, QpState::ERR)?;
+        while self.in_flight(qp)? != (0, 0) && settling() {
+            self.poll(&mut *on_done)?;
+        }
+        self.set_state(qp, QpState::RESET)?;
+        self.retire_all(qp, on_done)?;
+        self.slot_mut(qp)?.unsignaled_run = 0;
+        Ok(())
+    }
+
+    /// Moves `qp` to ERR or RESET through the provider.
+    fn set_state(&mut self, qp: QpId, state: QpState) -> Result<(), Error> {
+        let (prov, slot) = self.split(qp)?;
+        let handle = slot
+            .qp
+            .as_ref()
+            .ok_or(Error::invalid(site!("queue pair")))?;
+        prov.set_state(handle, state)?;
+        slot.set_state(state);
         Ok(())
     }
 

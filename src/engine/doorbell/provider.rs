@@ -61,6 +61,11 @@ pub trait Provider {
         out: &'a mut [MaybeUninit<sys::ibv_wc>],
     ) -> Result<&'a [sys::ibv_wc], Error>;
 
+    /// Moves a queue pair to ERR (the device flushes what it holds) or to
+    /// RESET (it then holds no work request), the transitions that change
+    /// who owns posted buffers.
+    fn set_state(&mut self, qp: &Self::Qp, state: sys::ibv_qp_state) -> Result<(), Error>;
+
     /// Destroys a queue pair; on failure it is leaked and so must be the
     /// buffers posted to it.
     fn destroy_qp(&mut self, qp: Self::Qp) -> Result<(), Error>;
@@ -118,6 +123,17 @@ impl Provider for Verbs {
         out: &'a mut [MaybeUninit<sys::ibv_wc>],
     ) -> Result<&'a [sys::ibv_wc], Error> {
         cq.poll(out)
+    }
+
+    fn set_state(&mut self, qp: &RawQp, state: sys::ibv_qp_state) -> Result<(), Error> {
+        let mut attr = <sys::ibv_qp_attr as sys::Zeroed>::zeroed();
+        attr.qp_state = state;
+        let site = if state == sys::ibv_qp_state::RESET {
+            site!("ibv_modify_qp(->RESET)")
+        } else {
+            site!("ibv_modify_qp(->ERR)")
+        };
+        qp.modify(site, &mut attr, sys::ibv_qp_attr_mask::STATE)
     }
 
     fn destroy_qp(&mut self, qp: RawQp) -> Result<(), Error> {

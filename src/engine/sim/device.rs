@@ -7,20 +7,16 @@
 //! stale, foreign, random, for queue pairs that do not exist.
 //!
 //! It records, per buffer, whether the device may still use it: the model
-//! checks every buffer the engine hands back against that.
+//! checks every buffer the engine hands back against that. Like real
+//! devices, it reuses the number of a destroyed queue pair, and its
+//! completions already queued outlive the queue pair.
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
-use core::mem::MaybeUninit;
 
-use crate::error::Error;
 use crate::memory::NicBuf;
-use crate::raw::PostFailed;
-use crate::site;
 use crate::sys::{self, ibv_wc_opcode as Op, ibv_wc_status as St, Zeroed};
 
-use super::super::doorbell::Provider;
-use super::alloc_count::uncounted;
 use super::model::{busy, BUSY};
 use super::rng::Rng;
 
@@ -42,11 +38,12 @@ impl SimBuf {
 
 impl Drop for SimBuf {
     fn drop(&mut self) {
-        assert!(
-            !busy(self.id),
-            "buffer {} freed while the device may still use it",
-            self.id
-        );
+        if busy(self.id) {
+            super::model::violation(alloc::format!(
+                "buffer {} freed while the device may still use it",
+                self.id
+            ));
+        }
         super::model::note_dropped(self.id);
     }
 }
@@ -100,6 +97,11 @@ pub(crate) struct SimDevice {
     pub(crate) fail_destroy_permille: u32,
     /// Requests taken.
     pub(crate) posts: u64,
+    /// Forges completions, replays flushes after a reset, fails destroys.
+    pub(crate) hostile: bool,
+    /// Numbers of destroyed queue pairs, for reuse.
+    free_qp_nums: Vec<u32>,
+    next_qp_num: u32,
 }
 
 /// The provider the engine sees: the device, owned by the engine.
@@ -121,12 +123,22 @@ impl SimDevice {
             refuse_permille: 0,
             fail_destroy_permille: 0,
             posts: 0,
+            hostile: false,
+            free_qp_nums: Vec::new(),
+            next_qp_num: 0x100,
         }
     }
 
     /// A new queue pair of `depth` send and receive requests.
     pub(crate) fn add_qp(&mut self, depth: [usize; 2], max_sge: usize) -> (SimQpRef, u32) {
-        let qp_num = 0x100 + self.qps.len() as u32 * 3;
+        let qp_num = match self.free_qp_nums.pop() {
+            Some(n) if self.rng.chance(500) => n,
+            other => {
+                self.free_qp_nums.extend(other);
+                self.next_qp_num += 3;
+                self.next_qp_num
+            }
+        };
         self.qps.push(SimQp {
             qp_num,
             depth,
@@ -139,7 +151,7 @@ impl SimDevice {
         (SimQpRef(self.qps.len() - 1), qp_num)
     }
 
-    fn push_wc(&mut self, qp: usize, wr_id: u64, status: St, opcode: Op) {
+    pub(crate) fn push_wc(&mut self, qp: usize, wr_id: u64, status: St, opcode: Op) {
         let mut wc = sys::ibv_wc::zeroed();
         wc.wr_id = wr_id;
         wc.status = status;
@@ -198,7 +210,47 @@ impl SimDevice {
         self.push_wc(qp, held.wr_id, St::SUCCESS, Op::RECV);
     }
 
-    fn release(&mut self, bufs: &[u64]) {
+    /// `qp` moves to ERR (everything it holds flushes) or RESET: it holds
+    /// nothing and leaves the error state; some devices also clean its
+    /// entries off the CQ, and a hostile one replays old flushes.
+    pub(crate) fn set_state(&mut self, qp: usize, state: sys::ibv_qp_state) {
+        if state == sys::ibv_qp_state::ERR {
+            self.fail(qp);
+            return;
+        }
+        self.discard(qp);
+        self.qps[qp].error = false;
+        if self.rng.chance(300) {
+            let qp_num = self.qps[qp].qp_num;
+            self.cq.retain(|wc| wc.qp_num != qp_num);
+        }
+        if self.hostile {
+            let replay = self.qps[qp].history.iter().rev().take(4).copied();
+            self.cq.extend(replay.collect::<Vec<_>>());
+        }
+    }
+
+    /// The device lets go of everything `qp` holds, with no completion.
+    pub(crate) fn discard(&mut self, qp: usize) {
+        let held: Vec<Held> = self.qps[qp]
+            .queues
+            .iter_mut()
+            .flat_map(|q| q.drain(..))
+            .collect();
+        for h in &held {
+            self.release(&h.bufs);
+        }
+    }
+
+    /// `qp` is gone; its number may be given to a new one, and its
+    /// completions already queued stay in the CQ (stale from now on).
+    pub(crate) fn destroy(&mut self, qp: usize) {
+        self.discard(qp);
+        self.qps[qp].destroyed = true;
+        self.free_qp_nums.push(self.qps[qp].qp_num);
+    }
+
+    pub(crate) fn release(&mut self, bufs: &[u64]) {
         BUSY.with(|busy| {
             let mut busy = busy.borrow_mut();
             for b in bufs {
@@ -212,60 +264,10 @@ impl SimDevice {
         });
     }
 
-    /// A completion the device must not produce: a duplicate or a replay
-    /// of an earlier one, a random id, an id of a queue pair that does not
-    /// exist, or a real-looking id with a number no queue pair has. Never
-    /// one that names a request the device still holds (that would be a
-    /// real completion, which the model then could not tell apart).
-    pub(crate) fn forge(&mut self) {
-        let pick = self.rng.below(4);
-        let mut wc = sys::ibv_wc::zeroed();
-        let qps = self.qps.len();
-        match pick {
-            0 if qps > 0 => {
-                let qp = self.rng.below(qps as u64) as usize;
-                let Some(old) = self.qps[qp]
-                    .history
-                    .get(self.rng.below(self.qps[qp].history.len().max(1) as u64) as usize)
-                else {
-                    return;
-                };
-                wc = *old;
-            }
-            1 => {
-                wc.wr_id = self.rng.next();
-                wc.qp_num = self.rng.next() as u32 & 0xFF_FFFF;
-            }
-            2 if qps > 0 => {
-                let qp = self.rng.below(qps as u64) as usize;
-                wc.wr_id = self.rng.next();
-                wc.qp_num = self.qps[qp].qp_num;
-            }
-            _ => {
-                wc.wr_id = self.rng.below(64) | (self.rng.below(4) << 62);
-                wc.qp_num = 0xFF_FFF0;
-            }
-        }
-        wc.status = if self.rng.below(2) == 0 {
-            St::SUCCESS
-        } else {
-            St::WR_FLUSH_ERR
-        };
-        let names_held = self.qps.iter().any(|q| {
-            q.qp_num == wc.qp_num
-                && q.queues
-                    .iter()
-                    .any(|d| d.iter().any(|h| h.wr_id == wc.wr_id))
-        }) || self.srq.iter().any(|h| h.wr_id == wc.wr_id);
-        if !names_held {
-            self.cq.push_back(wc);
-        }
-    }
-
     /// The requests a chain of `n` would post, reading each work request's
     /// entries; refuses (returning how many were taken) on a full queue, too
     /// many entries, or a random refusal.
-    fn take(
+    pub(crate) fn take(
         &mut self,
         n: usize,
         room: usize,
@@ -295,7 +297,7 @@ impl SimDevice {
         (taken, None)
     }
 
-    fn hold(&mut self, held: &[Held]) {
+    pub(crate) fn hold(&mut self, held: &[Held]) {
         BUSY.with(|busy| {
             let mut busy = busy.borrow_mut();
             for h in held {
@@ -309,161 +311,3 @@ impl SimDevice {
     }
 }
 
-/// The ids of a request's entries' buffers (inline entries name none).
-///
-/// # Safety
-///
-/// `sges` points at `n` valid entries (the post's contract).
-unsafe fn bufs_of(sges: *const sys::ibv_sge, n: i32, inline: bool) -> Vec<u64> {
-    if inline || n <= 0 {
-        return Vec::new();
-    }
-    // SAFETY: the caller's contract.
-    let sges = unsafe { core::slice::from_raw_parts(sges, n as usize) };
-    sges.iter().map(|s| SimBuf::id_at(s.addr)).collect()
-}
-
-fn refused(errno: i32, posted: usize) -> PostFailed {
-    PostFailed {
-        error: Error::os(site!("sim post"), errno),
-        posted,
-    }
-}
-
-impl Provider for Sim {
-    type Qp = SimQpRef;
-    type Cq = ();
-    type Srq = ();
-
-    unsafe fn post_send(
-        &mut self,
-        qp: &SimQpRef,
-        wrs: &mut [sys::ibv_send_wr],
-    ) -> Result<(), PostFailed> {
-        uncounted(|| {
-            let d = &mut self.dev;
-            let q = &d.qps[qp.0];
-            let room = q.depth[0] - q.queues[0].len();
-            let max_sge = q.max_sge;
-            let (held, refusal) = d.take(wrs.len(), room, max_sge, |i| {
-                let w = &wrs[i];
-                let inline = w.send_flags.contains(sys::ibv_send_flags::INLINE);
-                // SAFETY: the post's contract: `sg_list` holds `num_sge` entries.
-                let bufs = unsafe { bufs_of(w.sg_list, w.num_sge, inline) };
-                (
-                    w.wr_id,
-                    w.send_flags.contains(sys::ibv_send_flags::SIGNALED),
-                    bufs,
-                )
-            });
-            let n = held.len();
-            d.hold(&held);
-            d.qps[qp.0].queues[0].extend(held);
-            if d.qps[qp.0].error {
-                d.fail(qp.0); // posted in error: flushed at once
-            }
-            match refusal {
-                None => Ok(()),
-                Some(e) => Err(refused(e, n)),
-            }
-        })
-    }
-
-    unsafe fn post_recv(
-        &mut self,
-        qp: &SimQpRef,
-        wrs: &mut [sys::ibv_recv_wr],
-    ) -> Result<(), PostFailed> {
-        uncounted(|| {
-            let d = &mut self.dev;
-            let q = &d.qps[qp.0];
-            let room = q.depth[1] - q.queues[1].len();
-            let max_sge = q.max_sge;
-            let (held, refusal) = d.take(wrs.len(), room, max_sge, |i| {
-                let w = &wrs[i];
-                // SAFETY: the post's contract.
-                (w.wr_id, true, unsafe {
-                    bufs_of(w.sg_list, w.num_sge, false)
-                })
-            });
-            let n = held.len();
-            d.hold(&held);
-            d.qps[qp.0].queues[1].extend(held);
-            if d.qps[qp.0].error {
-                d.fail(qp.0);
-            }
-            match refusal {
-                None => Ok(()),
-                Some(e) => Err(refused(e, n)),
-            }
-        })
-    }
-
-    unsafe fn post_srq_recv(
-        &mut self,
-        _srq: &(),
-        wrs: &mut [sys::ibv_recv_wr],
-    ) -> Result<(), PostFailed> {
-        uncounted(|| {
-            let d = &mut self.dev;
-            let room = d.srq_depth - d.srq.len();
-            let (held, refusal) = d.take(wrs.len(), room, 4, |i| {
-                let w = &wrs[i];
-                // SAFETY: the post's contract.
-                (w.wr_id, true, unsafe {
-                    bufs_of(w.sg_list, w.num_sge, false)
-                })
-            });
-            let n = held.len();
-            d.hold(&held);
-            d.srq.extend(held);
-            match refusal {
-                None => Ok(()),
-                Some(e) => Err(refused(e, n)),
-            }
-        })
-    }
-
-    fn poll<'a>(
-        &mut self,
-        _cq: &(),
-        out: &'a mut [MaybeUninit<sys::ibv_wc>],
-    ) -> Result<&'a [sys::ibv_wc], Error> {
-        let mut n = 0;
-        while n < out.len() {
-            let Some(wc) = self.dev.cq.pop_front() else {
-                break;
-            };
-            out[n].write(wc);
-            n += 1;
-        }
-        // SAFETY: the first `n` entries were written above.
-        Ok(unsafe { core::slice::from_raw_parts(out.as_ptr().cast(), n) })
-    }
-
-    fn destroy_qp(&mut self, qp: SimQpRef) -> Result<(), Error> {
-        if self.dev.rng.below(1000) < u64::from(self.dev.fail_destroy_permille) {
-            return Err(Error::os(site!("sim destroy"), libc::EBUSY));
-        }
-        // Destroyed: the device lets go of everything it held for it; its
-        // completions already queued stay in the CQ (stale from now on).
-        let held: Vec<Held> = self.dev.qps[qp.0]
-            .queues
-            .iter_mut()
-            .flat_map(|q| q.drain(..))
-            .collect();
-        for h in &held {
-            self.dev.release(&h.bufs);
-        }
-        self.dev.qps[qp.0].destroyed = true;
-        Ok(())
-    }
-
-    fn destroy_srq(&mut self, _srq: ()) -> Result<(), Error> {
-        let held = core::mem::take(&mut self.dev.srq);
-        for h in &held {
-            self.dev.release(&h.bufs);
-        }
-        Ok(())
-    }
-}

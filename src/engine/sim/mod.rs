@@ -19,8 +19,13 @@
 mod alloc_count;
 mod device;
 mod drain;
+mod forge;
+mod lifecycle;
 mod model;
 mod plan;
+mod polling;
+mod prepared_ops;
+mod provider;
 mod rng;
 mod run;
 

@@ -58,6 +58,7 @@ std::thread_local! {
 /// Starts a fresh model (one per run).
 pub(crate) fn reset() {
     MODEL.with(|m| *m.borrow_mut() = State::default());
+    VIOLATION.with(|v| v.borrow_mut().take());
     set_step(0);
 }
 
@@ -72,10 +73,36 @@ pub(crate) fn new_id() -> u64 {
 
 /// `id` was dropped: never twice.
 pub(crate) fn note_dropped(id: u64) {
-    MODEL.with(|m| {
-        let fresh = m.borrow_mut().dropped.insert(id);
-        assert!(fresh, "buffer {id} dropped twice");
-    });
+    let fresh = MODEL.with(|m| m.borrow_mut().dropped.insert(id));
+    if !fresh {
+        violation(alloc::format!("buffer {id} dropped twice"));
+    }
+}
+
+std::thread_local! {
+    /// A broken promise seen in a destructor, reported at the end of the
+    /// step: a destructor may run while a test callback unwinds on purpose,
+    /// when panicking again would abort.
+    static VIOLATION: core::cell::RefCell<Option<alloc::string::String>> =
+        const { core::cell::RefCell::new(None) };
+}
+
+/// Records a broken promise found where panicking is not safe.
+pub(crate) fn violation(what: alloc::string::String) {
+    if std::thread::panicking() {
+        VIOLATION.with(|v| {
+            v.borrow_mut().get_or_insert(what);
+        });
+    } else {
+        panic!("{what}");
+    }
+}
+
+/// Panics with the first broken promise a destructor recorded, if any.
+pub(crate) fn check_violations(seed: u64, step: u64) {
+    if let Some(what) = VIOLATION.with(|v| v.borrow_mut().take()) {
+        panic!("seed {seed} step {step}: {what}");
+    }
 }
 
 /// `id` is being posted to `home`.

@@ -19,7 +19,13 @@ pub(crate) fn run(plan: Plan) -> Report {
     BUSY.with(|b| b.borrow_mut().clear());
     let mut rng = Rng::new(plan.seed ^ 0x5EED);
     let mut dev = SimDevice::new(plan.seed);
-    dev.refuse_permille = rng.below(40) as u32;
+    dev.hostile = plan.hostile;
+    // Some runs refuse often, for many partial chains.
+    dev.refuse_permille = if rng.chance(200) {
+        100 + rng.below(300)
+    } else {
+        rng.below(40)
+    } as u32;
     dev.fail_destroy_permille = if plan.hostile {
         1 + rng.below(300) as u32
     } else {
@@ -39,6 +45,7 @@ pub(crate) fn run(plan: Plan) -> Report {
         sends: Vec::new(),
         recvs: Vec::new(),
         leaked: BTreeSet::new(),
+        removed: Vec::new(),
         report: Report::default(),
     };
     for _ in 0..1 + run.rng.below(4) {
@@ -46,6 +53,8 @@ pub(crate) fn run(plan: Plan) -> Report {
     }
     for _ in 0..plan.ops {
         run.step();
+        model::check_violations(run.seed, run.step);
+        run.check_not_wedged();
     }
     run.report.ops = plan.ops;
     drain(&mut run);
@@ -69,6 +78,7 @@ pub(crate) fn run(plan: Plan) -> Report {
         let _ = engine.release_prepared(p).map(|b| b.count());
     }
     drop(engine);
+    model::check_violations(seed, plan.ops);
     report.leaked = model::check_nothing_lost(&leaked, seed);
     report
 }

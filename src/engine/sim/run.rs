@@ -7,7 +7,6 @@
 use alloc::collections::BTreeSet;
 use alloc::vec::Vec;
 
-use crate::engine::config::Queue;
 use crate::engine::core::Engine;
 use crate::engine::prepared_table::{PreparedRecv, PreparedSend};
 use crate::engine::qp_slot::{QpId, QpInfo, QpState};
@@ -15,7 +14,7 @@ use crate::sgl::Local;
 use crate::sys;
 use crate::wr::{RecvRequest, RemoteSlice, SendOp, SendRequest};
 
-use super::alloc_count::{counted, uncounted};
+use super::alloc_count::counted;
 use super::device::{Sim, SimBuf, SimQpRef};
 use super::model::{self, Home};
 use super::rng::Rng;
@@ -50,10 +49,12 @@ pub(super) struct Run {
     pub(super) sends: Vec<(PreparedSend, Home)>,
     pub(super) recvs: Vec<(PreparedRecv, Home)>,
     pub(super) leaked: BTreeSet<Home>,
+    /// Handles of queue pairs removed (their slots maybe reused since).
+    pub(super) removed: Vec<QpId>,
     pub(super) report: Report,
 }
 
-fn buf() -> SimBuf {
+pub(super) fn buf() -> SimBuf {
     SimBuf {
         id: model::new_id(),
     }
@@ -104,7 +105,7 @@ impl Run {
     }
 
     /// A request of 1 to 5 buffers (more than a queue pair's grant, at times).
-    fn request(&mut self) -> (SendRequest<SimBuf>, Vec<u64>) {
+    pub(super) fn request(&mut self) -> (SendRequest<SimBuf>, Vec<u64>) {
         let op = self.op();
         let first = buf();
         let mut ids = alloc::vec![first.id];
@@ -123,14 +124,14 @@ impl Run {
         (req, ids)
     }
 
-    fn posted(ids: &[u64], home: Home) {
+    pub(super) fn posted(ids: &[u64], home: Home) {
         for &id in ids {
             model::note_posted(id, home);
         }
     }
 
     /// Takes back what a refused post returns: the device holds none of it.
-    fn refused(&self, bufs: impl Iterator<Item = SimBuf>) {
+    pub(super) fn refused(&self, bufs: impl Iterator<Item = SimBuf>) {
         for b in bufs {
             model::check_handed_back(b.id, self.seed, self.step);
         }
@@ -144,7 +145,7 @@ impl Run {
             return;
         };
         let home = Home::Qp(qp.index);
-        match self.rng.below(22) {
+        match self.rng.below(24) {
             0..=2 => {
                 let (req, ids) = self.request();
                 match counted(|| self.engine.post_send(qp, req)) {
@@ -208,204 +209,28 @@ impl Run {
             }
             15 => self.engine.prov.dev.complete_srq(dev_qp),
             16 if self.rng.chance(200) => self.engine.prov.dev.fail(dev_qp),
-            17 if self.hostile() => self.engine.prov.dev.forge(),
+            17 if self.engine.prov.dev.hostile => {
+                self.engine.prov.dev.forge();
+                self.poll_quietly();
+            }
             18 if self.rng.chance(100) => self.reset(qp, dev_qp),
-            19 if self.rng.chance(50) => self.remove(qp, dev_qp),
+            19 if self.rng.chance(50) => self.remove(qp),
             20 if self.qps.len() < 6 => self.add_qp(),
+            21 if self.rng.chance(100) => self.use_stale_handle(),
+            22 => {
+                // Any queue pair the device still has, leaked ones included:
+                // a failed destroy leaves it live.
+                let dev = &mut self.engine.prov.dev;
+                let any = dev.rng.below(dev.qps.len() as u64) as usize;
+                let recv = dev.rng.chance(500);
+                if !dev.qps[any].destroyed {
+                    dev.complete(any, recv, 1);
+                }
+            }
             _ => {
                 self.poll();
             }
         }
     }
 
-    fn hostile(&self) -> bool {
-        self.engine.prov.dev.fail_destroy_permille > 0
-    }
-
-    fn prepare(&mut self, qp: QpId, home: Home) {
-        if self.rng.chance(500) {
-            let (req, ids) = self.request();
-            match self.engine.prepare_send(qp, req) {
-                Ok(p) => {
-                    Self::posted(&ids, home);
-                    self.sends.push((p, home));
-                }
-                Err(e) => self.refused(e.request.into_bufs()),
-            }
-        } else {
-            let b = buf();
-            let id = b.id;
-            match self.engine.prepare_recv(qp, RecvRequest::new(b)) {
-                Ok(p) => {
-                    Self::posted(&[id], home);
-                    self.recvs.push((p, home));
-                }
-                Err(e) => self.refused(e.request.into_bufs()),
-            }
-        }
-    }
-
-    fn post_prepared(&mut self) {
-        if !self.sends.is_empty() && self.rng.chance(500) {
-            let (p, _) = self.sends[self.rng.below(self.sends.len() as u64) as usize];
-            let unsignaled = self.rng.chance(300);
-            let _ = counted(|| {
-                if unsignaled {
-                    self.engine.post_prepared_unsignaled(p)
-                } else {
-                    self.engine.post_prepared(p)
-                }
-            });
-        } else if !self.recvs.is_empty() {
-            let (p, _) = self.recvs[self.rng.below(self.recvs.len() as u64) as usize];
-            let _ = counted(|| self.engine.post_prepared(p));
-        }
-    }
-
-    /// A loan (sometimes swapping the buffer) or a release: allowed only
-    /// when the device is done with every post of the request.
-    fn touch_prepared(&mut self) {
-        let (seed, step) = (self.seed, self.step);
-        let release = self.rng.chance(300);
-        let swap = self.rng.chance(300);
-        macro_rules! touch {
-            ($list:expr) => {{
-                if $list.is_empty() {
-                    return;
-                }
-                let i = self.rng.below($list.len() as u64) as usize;
-                let (p, home) = $list[i];
-                if release {
-                    if let Ok(bufs) = self.engine.release_prepared(p) {
-                        $list.swap_remove(i);
-                        for b in bufs {
-                            model::check_handed_back(b.id, seed, step);
-                        }
-                    }
-                } else if let Ok(b) = self.engine.prepared_buf(p) {
-                    model::check_handed_back(b.id, seed, step);
-                    if swap {
-                        let fresh = buf();
-                        model::note_posted(fresh.id, home);
-                        drop(core::mem::replace(b, fresh));
-                    }
-                }
-            }};
-        }
-        if self.rng.chance(500) {
-            touch!(self.sends)
-        } else {
-            touch!(self.recvs)
-        }
-    }
-
-    fn poll(&mut self) -> usize {
-        let (seed, step) = (self.seed, self.step);
-        let queue = if self.rng.chance(200) {
-            Some(Queue::Send)
-        } else {
-            None
-        };
-        let panic_at = self.rng.chance(20).then(|| self.rng.below(3));
-        let mode = self.rng.below(3);
-        let mut seen = 0u64;
-        let mut handed = 0u64;
-        let mut callback = |mut c: crate::engine::completion::CompletionRef<'_, SimBuf>| {
-            uncounted(|| {
-                if panic_at == Some(seen) {
-                    // Unwinds without the panic hook's message.
-                    std::panic::resume_unwind(alloc::boxed::Box::new("a callback that panics"));
-                }
-                seen += 1;
-                match mode {
-                    0 => {
-                        if let Some(b) = c.take_buf() {
-                            model::check_handed_back(b.id, seed, step);
-                            handed += 1;
-                        }
-                    }
-                    1 => {
-                        for b in c.into_owned().into_bufs() {
-                            model::check_handed_back(b.id, seed, step);
-                            handed += 1;
-                        }
-                    }
-                    _ => {} // left to the engine, which drops them
-                }
-            })
-        };
-        let engine = &mut self.engine;
-        let result = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
-            counted(|| match queue {
-                Some(q) => engine.poll_queue(q, &mut callback),
-                None => engine.poll(&mut callback),
-            })
-        }));
-        self.report.handed_back += handed;
-        match result {
-            Ok(r) => r.unwrap_or(0),
-            Err(_) => 0,
-        }
-    }
-
-    /// The device flushes everything of `qp`, the engine takes what
-    /// arrives for a while, then both go through RESET (where the device
-    /// holds no request, so the engine hands back the rest) to RTS.
-    /// Soft-RoCE has been seen to replay flushes after a reset: hostile
-    /// runs replay some.
-    pub(super) fn reset(&mut self, qp: QpId, dev_qp: usize) {
-        self.engine.prov.dev.fail(dev_qp);
-        for _ in 0..self.rng.below(3) {
-            self.poll_quietly();
-        }
-        let (seed, step) = (self.seed, self.step);
-        let hostile = self.hostile();
-        let q = &mut self.engine.prov.dev.qps[dev_qp];
-        assert!(
-            q.queues.iter().all(|d| d.is_empty()),
-            "a failed queue pair holds nothing"
-        );
-        q.error = false;
-        let replay: Vec<sys::ibv_wc> = if hostile {
-            q.history.iter().rev().take(4).copied().collect()
-        } else {
-            Vec::new()
-        };
-        let _ = self.engine.mark_state(qp, QpState::RESET);
-        let _ = self.engine.retire_all(
-            qp,
-            &mut |mut c: crate::engine::completion::CompletionRef<'_, SimBuf>| {
-                if let Some(b) = c.take_buf() {
-                    model::check_handed_back(b.id, seed, step);
-                }
-            },
-        );
-        assert_eq!(
-            self.engine.in_flight(qp).unwrap(),
-            (0, 0),
-            "seed {seed} step {step}: nothing is left in RESET"
-        );
-        self.engine.prov.dev.cq.extend(replay);
-        let _ = self.engine.mark_state(qp, QpState::RTS);
-    }
-
-    pub(super) fn poll_quietly(&mut self) {
-        let (seed, step) = (self.seed, self.step);
-        let _ = self.engine.poll(|mut c| {
-            if let Some(b) = c.take_buf() {
-                model::check_handed_back(b.id, seed, step);
-            }
-        });
-    }
-
-    fn remove(&mut self, qp: QpId, dev_qp: usize) {
-        self.qps.retain(|&(q, _)| q != qp);
-        if self.engine.remove_qp(qp).is_err() {
-            // Leaked on purpose; the device keeps it (and may complete it).
-            self.leaked.insert(Home::Qp(qp.index));
-            self.report.leaked += 1;
-        } else {
-            let _ = dev_qp;
-        }
-    }
 }
