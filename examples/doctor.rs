@@ -4,9 +4,13 @@
 //! with what is wrong and how to fix it.
 //!
 //! ```text
-//! cargo run --example doctor [-- --dev NAME] [--port N] [--gid-index N]
+//! cargo run --example doctor [-- --dev NAME] [--port N] [--gid-index N] [--max-mtu BYTES]
+//!                               [--hop-limit N] [--traffic-class N]
 //! ```
-//! Exit status 1 when any check fails (warnings do not count), 2 on bad usage.
+//! `--max-mtu`, `--hop-limit` and `--traffic-class` are what the self-test
+//! connects with (`QpConfig::max_mtu`, `ConnectOptions`); the defaults are
+//! the crate's. Exit status 1 when any check fails (warnings do not count),
+//! 2 on bad usage.
 
 use std::error::Error as StdError;
 use std::fmt::Display;
@@ -19,11 +23,13 @@ use verbs::device::{
 use verbs::error::errno_name;
 use verbs::sys::ibv_atomic_cap;
 use verbs::{
-    Access, Context, Deadline, Endpoint, GidEntry, HostBuf, Local, MemoryRegion, Mtu, NicBuf,
-    PathInfo, ProtectionDomain, QpConfig, QueuePair, RecvRequest, RemoteSlice, SendOp, SendRequest,
+    Access, ConnectOptions, Context, Deadline, Endpoint, GidEntry, HostBuf, Local, MemoryRegion,
+    Mtu, NicBuf, PathInfo, ProtectionDomain, QpConfig, QueuePair, RecvRequest, RemoteSlice, SendOp,
+    SendRequest,
 };
 
-const USAGE: &str = "usage: doctor [--dev NAME] [--port N] [--gid-index N]";
+const USAGE: &str = "usage: doctor [--dev NAME] [--port N] [--gid-index N] [--max-mtu BYTES] \
+                     [--hop-limit N] [--traffic-class N]";
 /// The memlock check registers this much: a typical application buffer pool.
 const MEMLOCK_PROBE: usize = 64 << 20;
 /// Linux's capability number of CAP_IPC_LOCK, which lifts the memlock limit.
@@ -40,28 +46,43 @@ struct Options {
     dev: Option<String>,
     port: u8,
     gid_index: Option<u32>,
+    /// The self-test's `QpConfig::max_mtu`.
+    max_mtu: Mtu,
+    /// The self-test's GRH settings.
+    connect: ConnectOptions,
 }
 
-/// Prints the check lines and counts them by outcome.
+/// Prints the check lines, keeps them, and counts them by outcome.
+/// (`tests/rdma_diagnostics.rs` includes this file to run checks on tables
+/// no device in CI has.)
 #[derive(Default)]
-struct Report {
+pub(crate) struct Report {
     failed: usize,
     warned: usize,
     passed: usize,
+    pub(crate) lines: Vec<String>,
 }
 
 impl Report {
     fn ok(&mut self, check: &str, msg: impl Display) {
         self.passed += 1;
-        println!("[ok]   {check}: {msg}");
+        self.print(format!("[ok]   {check}: {msg}"));
     }
     fn warn(&mut self, check: &str, msg: impl Display) {
         self.warned += 1;
-        println!("[warn] {check}: {msg}");
+        self.print(format!("[warn] {check}: {msg}"));
     }
     fn fail(&mut self, check: &str, msg: impl Display) {
         self.failed += 1;
-        println!("[FAIL] {check}: {msg}");
+        self.print(format!("[FAIL] {check}: {msg}"));
+    }
+    fn print(&mut self, line: String) {
+        println!("{line}");
+        self.lines.push(line);
+    }
+    /// The process exit status: 1 when a check failed (warnings do not count).
+    pub(crate) fn exit_status(&self) -> u8 {
+        u8::from(self.failed > 0)
     }
 }
 
@@ -80,11 +101,7 @@ fn main() -> ExitCode {
         "doctor: {} ok, {} warnings, {} failed",
         report.passed, report.warned, report.failed
     );
-    if report.failed > 0 {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
+    ExitCode::from(report.exit_status())
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
@@ -92,6 +109,8 @@ fn parse(args: &[String]) -> Result<Options, String> {
         dev: None,
         port: 1,
         gid_index: None,
+        max_mtu: QpConfig::default().max_mtu,
+        connect: ConnectOptions::default(),
     };
     let mut rest = args.iter();
     while let Some(arg) = rest.next() {
@@ -101,6 +120,23 @@ fn parse(args: &[String]) -> Result<Options, String> {
             "--port" => opts.port = value?.parse().map_err(|_| "--port takes a number 1..255")?,
             "--gid-index" => {
                 opts.gid_index = Some(value?.parse().map_err(|_| "--gid-index takes a number")?)
+            }
+            "--max-mtu" => {
+                opts.max_mtu = value?
+                    .parse()
+                    .ok()
+                    .and_then(Mtu::from_bytes)
+                    .ok_or("--max-mtu takes 256, 512, 1024, 2048 or 4096")?
+            }
+            "--hop-limit" => {
+                opts.connect.hop_limit = value?
+                    .parse()
+                    .map_err(|_| "--hop-limit takes a number 0..255")?
+            }
+            "--traffic-class" => {
+                opts.connect.traffic_class = value?
+                    .parse()
+                    .map_err(|_| "--traffic-class takes a number 0..255")?
             }
             other => return Err(format!("unexpected argument {other:?}")),
         }
@@ -145,7 +181,7 @@ fn diagnose(opts: &Options, r: &mut Report) {
     // RoCE addresses by GID only: without one the GID line said it all.
     let needs_gid = port.link_layer() != LinkLayer::INFINIBAND;
     let addressed = !(needs_gid && gid.is_none()) && check_addressing(&port, gid, r);
-    check_mtu(&port, netdev.as_deref(), r);
+    check_mtu(&port, netdev.as_deref(), opts.max_mtu, r);
 
     let pd = match ProtectionDomain::new(&ctx) {
         Ok(pd) => pd,
@@ -153,6 +189,7 @@ fn diagnose(opts: &Options, r: &mut Report) {
     };
     check_memlock(&pd, r);
     check_access(&pd, r);
+    report_rnr(ctx.name(), opts.port, r);
 
     if !(active && addressed) {
         return r.fail(
@@ -187,7 +224,7 @@ fn check_port_state(num: u8, port: &PortAttr, netdev: Option<&str>, r: &mut Repo
 
 /// Checks the table, then the index verbs will use (forced or automatic):
 /// it exists and is populated, is routable, is RoCE v2. Returns the entry.
-fn check_gids(
+pub(crate) fn check_gids(
     forced: Option<u32>,
     port: &PortAttr,
     table: &[GidEntry],
@@ -335,9 +372,20 @@ fn check_addressing(port: &PortAttr, gid: Option<GidEntry>, r: &mut Report) -> b
 }
 
 /// RoCE's active MTU is the largest IB MTU that fits the netdev's MTU
-/// (less headers): 1500 gives 1024, 9000 gives 4096 (primer 4.6).
-fn check_mtu(port: &PortAttr, netdev: Option<&str>, r: &mut Report) {
+/// (less headers): 1500 gives 1024, 9000 gives 4096 (primer 4.6). A
+/// `--max-mtu` below it caps the path on purpose (a hop that carries less).
+fn check_mtu(port: &PortAttr, netdev: Option<&str>, cap: Mtu, r: &mut Report) {
     let (active, max) = (Mtu(port.active_mtu().0), Mtu(port.max_mtu().0));
+    if cap.0 < active.0 {
+        return r.ok(
+            "MTU",
+            format!(
+                "path capped at {cap} by --max-mtu (QpConfig::max_mtu), below the port's \
+                 active {active}: right when a hop on the path carries less, else more packets \
+                 per message for nothing"
+            ),
+        );
+    }
     if active.0 >= max.0 {
         return r.ok("MTU", format!("active {active} = max {max}"));
     }
@@ -458,6 +506,42 @@ fn check_access(pd: &ProtectionDomain, r: &mut Report) {
     }
 }
 
+/// What a Send the peer has no receive for does with the crate's default
+/// `rnr_retry`, and where to see it happen: with 7 (forever) it waits,
+/// which only the port's RNR counters show.
+fn report_rnr(dev: &str, port: u8, r: &mut Report) {
+    let retries = ConnectOptions::default().rnr_retry;
+    let behaviour = if retries >= 7 {
+        "a Send the peer has no receive for waits for one (rnr_retry 7), it never fails".to_string()
+    } else {
+        format!(
+            "a Send the peer has no receive for fails after {retries} retries (RNR_RETRY_EXC_ERR)"
+        )
+    };
+    let dir = format!("/sys/class/infiniband/{dev}/ports/{port}/hw_counters");
+    let mut counters: Vec<String> = std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            let rnr = name.contains("rnr") || name == "out_of_buffer";
+            let value = std::fs::read_to_string(entry.path()).ok().filter(|_| rnr)?;
+            Some(format!("{name} {}", value.trim()))
+        })
+        .collect();
+    counters.sort();
+    let shown = if counters.is_empty() {
+        "the port has no RNR counters".to_string()
+    } else {
+        counters.join(", ")
+    };
+    r.ok(
+        "RNR",
+        format!("{behaviour}; to see it: `rdma statistic show link {dev}/{port}` ({shown})"),
+    );
+}
+
 /// Two queue pairs on this device connected to each other, afresh for
 /// each test, so that one failure (which moves a QP to ERR) does not flush
 /// the tests after it.
@@ -466,18 +550,23 @@ fn self_test(pd: &ProtectionDomain, opts: &Options, atomics: bool, r: &mut Repor
         port: opts.port,
         gid_index: opts.gid_index,
         remote_access: REMOTE,
+        max_mtu: opts.max_mtu,
         ..QpConfig::default()
     };
-    match connected_pair(pd, &config) {
-        Ok((_, _, path)) => r.ok(
-            "loopback connect",
-            format!(
-                "INIT->RTR->RTS, is_global={} sgid_index {} path MTU {}",
-                u8::from(path.is_global),
-                path.sgid_index,
-                path.path_mtu
-            ),
-        ),
+    let connect = &opts.connect;
+    match connected_pair(pd, &config, connect) {
+        Ok((a, _, path)) => {
+            r.ok(
+                "loopback connect",
+                format!(
+                    "INIT->RTR->RTS, is_global={} sgid_index {} path MTU {}",
+                    u8::from(path.is_global),
+                    path.sgid_index,
+                    path.path_mtu
+                ),
+            );
+            report_grh(&a, &path, connect, r);
+        }
         Err(e) => return r.fail("loopback connect", e),
     }
     let mut tests: Vec<(&str, SelfTest)> = vec![
@@ -494,7 +583,9 @@ fn self_test(pd: &ProtectionDomain, opts: &Options, atomics: bool, r: &mut Repor
         );
     }
     for (name, test) in tests {
-        match connected_pair(pd, &config).and_then(|(mut a, mut b, _)| test(pd, &mut a, &mut b)) {
+        match connected_pair(pd, &config, connect)
+            .and_then(|(mut a, mut b, _)| test(pd, &mut a, &mut b))
+        {
             Ok(msg) => r.ok(name, msg),
             Err(e) => r.fail(name, e),
         }
@@ -504,13 +595,48 @@ fn self_test(pd: &ProtectionDomain, opts: &Options, atomics: bool, r: &mut Repor
 fn connected_pair(
     pd: &ProtectionDomain,
     config: &QpConfig,
+    connect: &ConnectOptions,
 ) -> Result<(Qp, Qp, PathInfo), Box<dyn StdError>> {
     let mut a = Qp::new(pd, config)?;
     let mut b = Qp::new(pd, config)?;
     let (ea, eb) = (a.endpoint(), b.endpoint());
-    let path = a.connect(&eb)?;
-    b.connect(&ea)?;
+    let path = a.connect_with(&eb, connect)?;
+    b.connect_with(&ea, connect)?;
     Ok((a, b, path))
+}
+
+/// The hop limit and traffic class the connection carries, as the device
+/// reports them: on RoCE, Linux puts the IP route's hop limit in the GRH
+/// whatever was asked (primer 4.3 sets 1, which the route overrides).
+fn report_grh(qp: &Qp, path: &PathInfo, asked: &ConnectOptions, r: &mut Report) {
+    if !path.is_global {
+        return r.ok(
+            "GRH",
+            "not used (is_global=0): no hop limit or traffic class",
+        );
+    }
+    match qp.query() {
+        Ok(q) if q.hop_limit == asked.hop_limit => r.ok(
+            "GRH",
+            format!(
+                "hop limit {}, traffic class {} (asked {})",
+                q.hop_limit, q.traffic_class, asked.traffic_class
+            ),
+        ),
+        Ok(q) => r.ok(
+            "GRH",
+            format!(
+                "hop limit {} (asked {}: the kernel took the IP route's: its hoplimit, else \
+                 net.ipv4.ip_default_ttl or the netdev's IPv6 hop_limit), traffic class {} \
+                 (asked {})",
+                q.hop_limit, asked.hop_limit, q.traffic_class, asked.traffic_class
+            ),
+        ),
+        Err(e) => r.warn(
+            "GRH",
+            format!("cannot read what the connection carries: {e}"),
+        ),
+    }
 }
 
 fn deadline() -> Deadline {

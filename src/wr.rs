@@ -185,7 +185,17 @@ impl<B: NicBuf> SendRequest<B> {
         self
     }
 
-    /// `IBV_SEND_FENCE`: wait for earlier RDMA Reads and atomics first.
+    /// `IBV_SEND_FENCE`: start only once every earlier RDMA Read and atomic
+    /// on this queue pair has completed, so that a request that uses what
+    /// they fetched (a Write or Send from the buffer a Read filled) sends
+    /// the fetched bytes, not the buffer's earlier content. Without it the
+    /// device may read the buffer while the Read's response is still on its
+    /// way.
+    ///
+    /// The cost: the send queue stalls at this request for the Reads' and
+    /// atomics' round trip to the peer, and everything posted after it
+    /// waits too (Soft-RoCE waits for every earlier request of the queue).
+    /// Fence only the request that depends on them.
     #[must_use]
     pub fn fence(mut self) -> Self {
         self.flags.fence = true;

@@ -16,9 +16,17 @@ pub enum Transport {
     /// operation (Send, Write, Read, atomics).
     #[default]
     Rc,
-    /// Unreliable connected: RC without acknowledgements. Write and Send
-    /// (with immediate) only, no Read and no atomics; nothing is
-    /// retransmitted, so a lost packet loses its message without an error.
+    /// Unreliable connected: RC without acknowledgements. What it gives up:
+    /// - no ACKs: a send's completion says it left, not that it arrived;
+    /// - no retransmission: a lost packet loses its whole message, silently
+    ///   (neither side gets an error; the receiver drops the rest of it);
+    /// - no receiver-not-ready wait: a Send or Write-with-immediate that
+    ///   finds no posted receive is dropped;
+    /// - no RDMA Read and no atomics (they need a response): refused with
+    ///   [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) before
+    ///   anything is posted.
+    ///
+    /// Write, Write-with-immediate and Send remain.
     Uc,
 }
 
@@ -31,7 +39,10 @@ impl Transport {
     }
 }
 
-/// Sizes and policies of one queue pair.
+/// Sizes and policies of one queue pair. Its retry policies (transport
+/// retries, and receiver-not-ready retries: forever by default, see
+/// [`ConnectOptions::rnr_retry`] for why and how to see them) are set when
+/// it connects.
 #[derive(Clone, Copy, Debug)]
 pub struct QpConfig {
     /// RC (default) or UC.
@@ -119,8 +130,8 @@ pub enum Queue {
 }
 
 /// Transport parameters of the RTR and RTS transitions. The defaults are
-/// the primer's (timeout 14, retry 7, min RNR timer 12), except where the
-/// docs of a field say why not.
+/// the primer's (timeout 14, retry 7, RNR retry 7, min RNR timer 12),
+/// except where the docs of a field say why not (`hop_limit`).
 #[derive(Clone, Copy, Debug)]
 pub struct ConnectOptions {
     /// Local ACK timeout, 4.096 us * 2^timeout (14: about 67 ms).
@@ -129,15 +140,42 @@ pub struct ConnectOptions {
     /// 7 as "forever", so a dead peer is then found only by your deadline:
     /// use 6 or less to get the error, after about timeout x (retry_cnt + 1)).
     pub retry_cnt: u8,
-    /// Receiver-not-ready retries (7: forever).
+    /// Receiver-not-ready retries: how often a Send (or Write-with-immediate)
+    /// that found no posted receive at the peer is tried again, each after
+    /// the peer's RNR timer (`min_rnr_timer`), before it fails with
+    /// `RNR_RETRY_EXC_ERR`. 7 means forever.
+    ///
+    /// 7 by default, as the primer: a peer briefly short of receives (a
+    /// burst, a receiver thread descheduled or asleep on its completion
+    /// channel) slows the sender down instead of tearing the connection
+    /// down, which is what a low-latency RPC wants. A finite count tolerates
+    /// only count x timer of receiver lag (6 x 0.64 ms, about 4 ms, on a
+    /// NIC) before the queue pair goes to ERR and flushes everything in
+    /// flight, and a longer timer would make every RNR wait that long.
+    /// The cost: a receive the peer never posts is no error; the send, and
+    /// everything posted after it, waits, and the caller sees only its own
+    /// deadline pass. The port's RNR counters show it (`rdma statistic show
+    /// link DEV/PORT`; Soft-RoCE counts `rcvd_rnr_err` at the sender and
+    /// `send_rnr_err` at the receiver; `examples/doctor` prints them).
+    /// 0 to 6 fail the send instead.
     pub rnr_retry: u8,
     /// Minimum RNR NAK timer code (12: 0.64 ms).
     pub min_rnr_timer: u8,
-    /// GRH hop limit (RoCE: the IPv4 TTL / IPv6 hop limit). The primer's
-    /// 1 keeps packets in one L2 subnet; 64 lets routed RoCEv2 reach peers
-    /// across routers, and changes nothing on one subnet.
+    /// GRH hop limit (RoCE: the IPv4 TTL / IPv6 hop limit). 64 by default,
+    /// not the primer's 1: every router on a routed RoCEv2 path (L3 hops
+    /// between racks or subnets) decrements it and drops the packet at 0,
+    /// so 1 only reaches peers on the same subnet, and 64 changes nothing
+    /// there.
+    ///
+    /// On RoCE, Linux overrides it: resolving the peer's MAC address
+    /// through the IP route, the kernel puts the route's hop limit in the
+    /// GRH (`net.ipv4.ip_default_ttl`, 64, unless the route sets
+    /// `hoplimit`; the netdev's IPv6 hop limit for IPv6 GIDs), whatever is
+    /// asked here; [`crate::QpAttributes::hop_limit`] shows what is in
+    /// effect. It is used as given on InfiniBand with a GRH.
     pub hop_limit: u8,
-    /// GRH traffic class (RoCE: DSCP and ECN bits).
+    /// GRH traffic class (RoCE: the IP header's DSCP and ECN bits, so DSCP
+    /// 26 is `26 << 2`). Used as given.
     pub traffic_class: u8,
     /// GRH flow label (20 bits; RoCEv2 derives the UDP source port from it,
     /// which ECMP hashes: distinct labels spread flows over paths).
@@ -153,7 +191,7 @@ impl Default for ConnectOptions {
         ConnectOptions {
             timeout: 14,
             retry_cnt: 7,
-            rnr_retry: 6,
+            rnr_retry: 7,
             min_rnr_timer: 12,
             hop_limit: 64,
             traffic_class: 0,

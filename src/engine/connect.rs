@@ -24,7 +24,8 @@ pub struct QpAttributes {
     pub state: QpState,
     /// The path MTU the connection settled on.
     pub path_mtu: Mtu,
-    /// GRH hop limit.
+    /// GRH hop limit in effect: on RoCE the IP route's, whatever
+    /// [`ConnectOptions::hop_limit`] asked (see there).
     pub hop_limit: u8,
     /// GRH traffic class.
     pub traffic_class: u8,

@@ -9,12 +9,15 @@ pub fn wc_status_explanation(status: ibv_wc_status) -> &'static str {
     match status {
         ibv_wc_status::SUCCESS => "success",
         ibv_wc_status::LOC_LEN_ERR => {
-            "local length error: a scatter/gather entry is longer than its memory region, \
-             or a received message is longer than the posted receive buffer"
+            "local length error: a received message is longer than the posted receive buffer \
+             (post receives as large as the largest message the peer sends), or a \
+             scatter/gather entry is longer than its memory region"
         }
         ibv_wc_status::LOC_QP_OP_ERR => {
             "local QP operation error: the request is inconsistent with the QP (e.g. inline data \
-             above max_inline_data, or too many SGEs), or (Soft-RoCE) the packet could not be sent: port or netdev down"
+             above max_inline_data, or too many SGEs); on Soft-RoCE also a received message \
+             longer than the posted receive buffer (post receives as large as the largest \
+             message the peer sends), or a packet that could not be sent: port or netdev down"
         }
         ibv_wc_status::LOC_PROT_ERR => {
             "local protection error: wrong lkey (an rkey used as lkey?), an SGE outside its region, \
@@ -28,14 +31,19 @@ pub fn wc_status_explanation(status: ibv_wc_status) -> &'static str {
         ibv_wc_status::BAD_RESP_ERR => "bad response from the responder",
         ibv_wc_status::LOC_ACCESS_ERR => "local access error: check the local region's access flags",
         ibv_wc_status::REM_INV_REQ_ERR => {
-            "remote invalid request: the responder refused the operation (QP access flags missing \
-             REMOTE_WRITE/READ/ATOMIC, message too long, or an unaligned atomic)"
+            "remote invalid request: the responder refused the operation: a Send longer than \
+             the receive the peer posted (post larger receives there, or send less), QP access \
+             flags missing REMOTE_WRITE/READ/ATOMIC, or an unaligned atomic"
         }
         ibv_wc_status::REM_ACCESS_ERR => {
             "remote access error: wrong rkey (an lkey used as rkey?), an address range outside the \
              peer's region, or the region/window lacks REMOTE_WRITE/READ/ATOMIC"
         }
-        ibv_wc_status::REM_OP_ERR => "remote operation error: the responder could not complete the operation",
+        ibv_wc_status::REM_OP_ERR => {
+            "remote operation error: the responder could not complete the operation; on \
+             Soft-RoCE also a Send longer than the receive the peer posted (post larger \
+             receives there, or send less)"
+        }
         ibv_wc_status::RETRY_EXC_ERR => {
             "transport retry counter exceeded: no ACK from the peer; check the peer is alive and \
              connected, the GID index, is_global for the link layer, LID (InfiniBand), the MTU \
@@ -43,7 +51,8 @@ pub fn wc_status_explanation(status: ibv_wc_status) -> &'static str {
         }
         ibv_wc_status::RNR_RETRY_EXC_ERR => {
             "receiver-not-ready retry exceeded: the peer had no receive posted for a send; post \
-             receives before the peer sends, or raise rnr_retry"
+             receives before the peer sends, or raise rnr_retry (7, the default, waits for a \
+             receive forever; the port's RNR counters show the waiting: `rdma statistic show`)"
         }
         ibv_wc_status::REM_ABORT_ERR => "remote aborted the operation",
         ibv_wc_status::FATAL_ERR => "fatal device error",

@@ -164,3 +164,97 @@ pub fn run(cmd: &mut Command) -> (bool, String) {
     println!("-> {}", out.status);
     (out.status.success(), stdout)
 }
+
+/// The hop limit Linux gives a RoCE connection through `gid`: resolving the
+/// peer's MAC through the IP route, it takes the route's hop limit too,
+/// whatever the application asked for (`net.ipv4.ip_default_ttl`, or the
+/// netdev's IPv6 hop limit, unless a route sets `hoplimit`).
+pub fn route_hop_limit(gid: &verbs::GidEntry) -> u8 {
+    let path = match (gid.gid.ipv4(), gid.netdev()) {
+        (Some(_), _) => "/proc/sys/net/ipv4/ip_default_ttl".to_string(),
+        (None, Some(dev)) => format!("/proc/sys/net/ipv6/conf/{dev}/hop_limit"),
+        (None, None) => panic!("a RoCE GID without a netdev: {gid:?}"),
+    };
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    text.trim()
+        .parse()
+        .unwrap_or_else(|e| panic!("{path}: {text:?}: {e}"))
+}
+
+/// As [`run`], with the exit code (`None` when a signal ended it).
+pub fn run_with_code(cmd: &mut Command) -> (Option<i32>, String) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    println!(
+        "$ {cmd:?}\n{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("-> {}", out.status);
+    (out.status.code(), stdout)
+}
+
+/// True inside the Soft-RoCE guest, whose network a test may change (a
+/// host's is not the test's to touch).
+pub fn in_guest() -> bool {
+    std::env::var("VERBS_IN_GUEST").as_deref() == Ok("1")
+}
+
+/// Runs `ip ARGS` (iproute2), which must succeed.
+pub fn ip(args: &[&str]) {
+    let (ok, _) = run(Command::new("ip").args(args));
+    assert!(ok, "ip {args:?}");
+}
+
+/// Waits up to 10 s for `done`: the kernel applies a netdev change to the
+/// RDMA port and its GID table asynchronously.
+pub fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(std::time::Instant::now() < until, "{what} within 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs `ip ARGS` when dropped, undoing a change to the guest's network,
+/// then waits until `settled`.
+pub struct IpOnDrop<F: FnMut() -> bool> {
+    /// The undoing `ip` arguments.
+    pub args: Vec<String>,
+    /// True once the device is back as it was.
+    pub settled: F,
+}
+
+impl<F: FnMut() -> bool> Drop for IpOnDrop<F> {
+    fn drop(&mut self) {
+        let args: Vec<&str> = self.args.iter().map(String::as_str).collect();
+        ip(&args);
+        wait_for("the netdev back as it was", &mut self.settled);
+    }
+}
+
+/// The network device of a RoCE port, from its GID table.
+pub fn netdev_of(table: &[verbs::GidEntry]) -> String {
+    table
+        .iter()
+        .find_map(verbs::GidEntry::netdev)
+        .expect("a RoCE port's GIDs name its netdev")
+}
+
+/// `ADDR/PREFIX` of `dev`'s IPv4 address `addr`, as `ip addr add` takes it.
+pub fn ipv4_with_prefix(dev: &str, addr: &std::net::Ipv4Addr) -> String {
+    let (ok, out) = run(Command::new("ip").args(["-o", "-4", "addr", "show", "dev", dev]));
+    assert!(ok, "ip addr show dev {dev}");
+    out.split_whitespace()
+        .find(|w| w.starts_with(&format!("{addr}/")))
+        .unwrap_or_else(|| panic!("{addr} in {out}"))
+        .to_string()
+}
+
+/// True when `ctx` is Soft-RoCE (its vendor id is `RXE_VENDOR_ID`), whose
+/// statuses and counters some tests know apart from a NIC's.
+pub fn is_soft_roce(ctx: &Context) -> bool {
+    const RXE_VENDOR_ID: u32 = 0xFF_FFFF;
+    ctx.query_device().expect("query the device").0.vendor_id == RXE_VENDOR_ID
+}
