@@ -181,7 +181,7 @@ fn server(opts: &Options, listener: Option<TcpListener>) -> Result<(), BoxError>
         }
     }
     let config = ServerConfig {
-        token: opts.token.clone(),
+        token: opts.token,
         ..ServerConfig::default()
     };
     let server = Server::from_std(listener, config, |peer, err| {

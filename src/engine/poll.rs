@@ -26,7 +26,7 @@ pub(crate) const POLL_BATCH: usize = 16;
 pub(crate) const DEAD_PEER: &crate::error::Site = site!(
     "wait for a completion",
     "",
-    "is the peer alive and connected? an RC QP retries for timeout x retry_cnt (Soft-RoCE treats retry_cnt 7 as forever)"
+    "is the peer alive and connected? an RC QP retries for timeout x retry_cnt (Soft-RoCE treats retry_cnt 7 as forever); a Send waits for the peer's receive forever with rnr_retry 7, the default (the port's RNR counters show it: `rdma statistic show`)"
 );
 
 /// The completions of one poll not yet routed. If the caller's callback

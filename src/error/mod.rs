@@ -194,12 +194,15 @@ impl Error {
         }
     }
 
-    /// What to check, when there is known advice.
-    pub const fn hint(&self) -> Option<&'static str> {
-        if self.site.hint.is_empty() {
-            None
-        } else {
-            Some(self.site.hint)
+    /// What to check, when there is known advice: the call's own, else for
+    /// a failed completion what its status means and what to check.
+    pub fn hint(&self) -> Option<&'static str> {
+        if !self.site.hint.is_empty() {
+            return Some(self.site.hint);
+        }
+        match self.kind {
+            ErrorKind::Completion => Some(wc_status_explanation(ibv_wc_status(self.code as u32))),
+            _ => None,
         }
     }
 
