@@ -82,6 +82,8 @@ pub(crate) struct SimQp {
     pub(crate) destroyed: bool,
     /// Completions it already produced, for replays and duplicates.
     pub(crate) history: Vec<sys::ibv_wc>,
+    /// Unsignaled sends posted since the last signaled one.
+    pub(crate) streak: u64,
 }
 
 /// The simulated device: queue pairs, the shared receive queue, one CQ.
@@ -147,6 +149,7 @@ impl SimDevice {
             error: false,
             destroyed: false,
             history: Vec::new(),
+            streak: 0,
         });
         (SimQpRef(self.qps.len() - 1), qp_num)
     }
@@ -220,6 +223,7 @@ impl SimDevice {
         }
         self.discard(qp);
         self.qps[qp].error = false;
+        self.qps[qp].streak = 0;
         if self.rng.chance(300) {
             let qp_num = self.qps[qp].qp_num;
             self.cq.retain(|wc| wc.qp_num != qp_num);

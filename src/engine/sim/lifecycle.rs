@@ -98,12 +98,22 @@ impl Run {
 
     /// A full send queue is never wedged: some request in it is signaled
     /// and still owed a completion (held by the device, or its completion
-    /// queued), so room comes back.
+    /// queued), so room comes back. Earlier than that: the engine's count
+    /// of unsignaled sends since the last signaled one, by which it decides
+    /// when to signal, is what it actually posted.
     pub(super) fn check_not_wedged(&self) {
         for &(qp, dev_qp) in &self.qps {
             let Ok(slot) = self.engine.slot(qp) else {
                 continue;
             };
+            let streak = self.engine.prov.dev.qps[dev_qp].streak;
+            assert!(
+                slot.state != QpState::RTS || slot.unsignaled_run == streak,
+                "seed {} step {}: {qp:?} counts {} unsignaled sends since the last signaled one; it posted {streak}",
+                self.seed,
+                self.step,
+                slot.unsignaled_run
+            );
             if slot.state != QpState::RTS || slot.send.len() < slot.send.capacity() {
                 continue;
             }

@@ -35,6 +35,9 @@ pub(crate) fn run(plan: Plan) -> Report {
         dev.srq_depth = 1 + rng.below(16) as usize;
         SrqSlots::new((), dev.srq_depth as u32, 4)
     });
+    // Some callers leave almost everything unsignaled, some poll rarely.
+    let unsignaled_permille = if rng.chance(250) { 900 } else { 300 };
+    let lazy_poll = rng.chance(300);
     let engine = Engine::assemble(Sim { dev }, (), 256, None, srq, false);
     let mut run = Run {
         seed: plan.seed,
@@ -46,6 +49,8 @@ pub(crate) fn run(plan: Plan) -> Report {
         recvs: Vec::new(),
         leaked: BTreeSet::new(),
         removed: Vec::new(),
+        unsignaled_permille,
+        lazy_poll,
         report: Report::default(),
     };
     for _ in 0..1 + run.rng.below(4) {

@@ -64,7 +64,11 @@ impl Provider for Sim {
             });
             let n = held.len();
             d.hold(&held);
-            d.qps[qp.0].queues[0].extend(held);
+            let q = &mut d.qps[qp.0];
+            for h in &held {
+                q.streak = if h.signaled { 0 } else { q.streak + 1 };
+            }
+            q.queues[0].extend(held);
             if d.qps[qp.0].error {
                 d.fail(qp.0); // posted in error: flushed at once
             }

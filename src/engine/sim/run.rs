@@ -51,6 +51,11 @@ pub(super) struct Run {
     pub(super) leaked: BTreeSet<Home>,
     /// Handles of queue pairs removed (their slots maybe reused since).
     pub(super) removed: Vec<QpId>,
+    /// How often a request asks to be unsignaled, in 1/1000.
+    pub(super) unsignaled_permille: u64,
+    /// A caller that polls rarely: stale completions wait in the CQ
+    /// while new queue pairs post.
+    pub(super) lazy_poll: bool,
     pub(super) report: Report,
 }
 
@@ -106,6 +111,11 @@ impl Run {
 
     /// A request of 1 to 5 buffers (more than a queue pair's grant, at times).
     pub(super) fn request(&mut self) -> (SendRequest<SimBuf>, Vec<u64>) {
+        let unsignaled = self.rng.chance(self.unsignaled_permille);
+        self.request_as(unsignaled)
+    }
+
+    fn request_as(&mut self, unsignaled: bool) -> (SendRequest<SimBuf>, Vec<u64>) {
         let op = self.op();
         let first = buf();
         let mut ids = alloc::vec![first.id];
@@ -118,7 +128,7 @@ impl Run {
                 Err((r, _)) => r,
             };
         }
-        if self.rng.chance(300) {
+        if unsignaled {
             req = req.unsignaled();
         }
         (req, ids)
@@ -157,8 +167,14 @@ impl Run {
                 let n = 1 + self.rng.below(5) as usize;
                 let mut chain: Vec<Option<SendRequest<SimBuf>>> = Vec::new();
                 let mut ids = Vec::new();
-                for _ in 0..n {
-                    let (r, i) = self.request();
+                // Batch callers signal only a chain's last request.
+                let batch = self.rng.chance(500);
+                for k in 0..n {
+                    let (r, i) = if batch {
+                        self.request_as(k + 1 < n)
+                    } else {
+                        self.request()
+                    };
                     chain.push(Some(r));
                     ids.push(i);
                 }
@@ -227,9 +243,10 @@ impl Run {
                     dev.complete(any, recv, 1);
                 }
             }
-            _ => {
+            _ if !self.lazy_poll || self.rng.chance(100) => {
                 self.poll();
             }
+            _ => {}
         }
     }
 
