@@ -9,7 +9,7 @@ mod support;
 
 // The doctor's own checks, run in-process on GID tables no CI device has.
 #[allow(dead_code)]
-#[path = "../examples/doctor.rs"]
+#[path = "../examples/doctor/main.rs"]
 mod doctor;
 
 use std::process::Command;
