@@ -314,4 +314,3 @@ impl SimDevice {
         self.posts += held.len() as u64;
     }
 }
-

@@ -39,7 +39,10 @@ impl SimDevice {
     fn forged(&mut self) -> Option<sys::ibv_wc> {
         let mut wc = sys::ibv_wc::zeroed();
         let qps = self.qps.len() as u64;
-        let (a, b) = (self.rng.below(qps.max(1)) as usize, self.rng.below(qps.max(1)) as usize);
+        let (a, b) = (
+            self.rng.below(qps.max(1)) as usize,
+            self.rng.below(qps.max(1)) as usize,
+        );
         match self.rng.below(7) {
             // A replay or duplicate of an earlier completion.
             0 if qps > 0 => {
@@ -59,7 +62,7 @@ impl SimDevice {
             }
             // A request another queue pair holds, reported on this one.
             3 if qps > 1 => {
-                                let held = self.qps[a].queues.iter().flatten().next()?;
+                let held = self.qps[a].queues.iter().flatten().next()?;
                 wc.wr_id = held.wr_id;
                 wc.qp_num = self.qps[b].qp_num;
             }

@@ -38,14 +38,20 @@ impl Run {
             }
         };
         let reset = self.engine.flush_to_reset(qp, settling, &mut on_done);
-        assert!(reset.is_ok(), "seed {seed} step {step}: reset failed: {reset:?}");
+        assert!(
+            reset.is_ok(),
+            "seed {seed} step {step}: reset failed: {reset:?}"
+        );
         assert_eq!(
             self.engine.in_flight(qp).unwrap(),
             (0, 0),
             "seed {seed} step {step}: {qp:?} still holds requests after its reset"
         );
         let q = &self.engine.prov.dev.qps[dev_qp];
-        assert!(q.queues.iter().all(|d| d.is_empty()), "in RESET the device holds nothing");
+        assert!(
+            q.queues.iter().all(|d| d.is_empty()),
+            "in RESET the device holds nothing"
+        );
         failed.retain(|&f| f != qp);
         let _ = self.engine.mark_state(qp, QpState::RTS);
         self.check_failed_stopped(&failed);
@@ -54,7 +60,13 @@ impl Run {
     fn check_failed_stopped(&self, failed: &[QpId]) {
         for &f in failed {
             if let Ok(state) = self.engine.state(f) {
-                assert_eq!(state, QpState::ERR, "seed {} step {}: {f:?}", self.seed, self.step);
+                assert_eq!(
+                    state,
+                    QpState::ERR,
+                    "seed {} step {}: {f:?}",
+                    self.seed,
+                    self.step
+                );
             }
         }
     }
@@ -92,8 +104,14 @@ impl Run {
                 }
             }
         }
-        assert!(self.engine.state(stale).is_err(), "a stale handle has no state");
-        assert!(self.engine.in_flight(stale).is_err(), "nor requests in flight");
+        assert!(
+            self.engine.state(stale).is_err(),
+            "a stale handle has no state"
+        );
+        assert!(
+            self.engine.in_flight(stale).is_err(),
+            "nor requests in flight"
+        );
     }
 
     /// A full send queue is never wedged: some request in it is signaled

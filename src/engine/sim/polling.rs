@@ -95,7 +95,10 @@ impl Run {
         let mut seen = 0;
         let _ = self.engine.poll(|mut c| {
             seen += 1;
-            assert!(seen <= MOST_PER_POLL, "seed {seed} step {step}: a poll without end");
+            assert!(
+                seen <= MOST_PER_POLL,
+                "seed {seed} step {step}: a poll without end"
+            );
             if c.status() != WcStatus::SUCCESS {
                 failed.extend(c.qp());
             }
