@@ -6,8 +6,9 @@
 //! in `Side::prepare` and posted again, as perftest posts its prebuilt
 //! requests; a latency test's one receive is posted `rx_depth` times),
 //! `post_send_chain` (`post_send` for a single request) for chains, whose
-//! requests own their buffers, and `poll_send_ref` / `poll_recv_ref`
-//! (the send tests give receives a CQ of their own, as perftest's do).
+//! requests own their buffers, and the engine's `poll_queue` with the
+//! lending `CompletionRef` (the send tests give receives a CQ of their
+//! own, as perftest's do).
 //! `tests/rdma_zero_alloc.rs`
 //! includes this very file and runs these functions under a counting
 //! allocator, so the rule is: nothing in [`run`] allocates. Every buffer,
@@ -27,16 +28,17 @@
 //!   `post_list` requests, every `cq_mod`-th (and the last) signaled; one
 //!   timestamp per post call and one per signaled completion.
 
+use verbs::error::Site;
 use verbs::{
-    Access, ArenaBuf, CompletionRef, Error, ErrorKind, Local, MemoryRegion, Prepared, QueuePair,
-    SendOp, SendRequest, WcStatus,
+    site, Access, ArenaBuf, CompletionRef, Error, ErrorKind, HostBuf, Local, MemoryRegion,
+    PreparedSend, Queue, QueuePair, SendOp, SendRequest, WcStatus,
 };
 
 use super::clock::ticks;
 use super::side::{Lane, Side};
 
 /// Most requests in one `post_send_chain` call.
-pub use verbs::qp::MAX_CHAIN;
+pub use verbs::MAX_CHAIN;
 
 /// Idle polls between two looks at the clock while waiting: a stalled peer
 /// is noticed within microseconds of the limit, and the fast path never
@@ -201,7 +203,7 @@ impl Spin {
 
     /// One empty poll.
     #[inline(always)]
-    fn idle(&mut self, p: &Params, what: &'static str) -> Result<(), Error> {
+    fn idle(&mut self, p: &Params, what: &'static Site) -> Result<(), Error> {
         if p.spin_hint {
             core::hint::spin_loop();
         }
@@ -213,29 +215,42 @@ impl Spin {
     }
 
     #[cold]
-    fn check(&mut self, p: &Params, what: &'static str) -> Result<(), Error> {
+    fn check(&mut self, p: &Params, what: &'static Site) -> Result<(), Error> {
         let now = ticks();
         if self.since == 0 {
             self.since = now;
         } else if now.wrapping_sub(self.since) > p.stall {
-            return Err(Error::new(what, ErrorKind::TimedOut)
-                .with_hint("is the peer alive, and running the same test with the same options?"));
+            return Err(Error::new(what, ErrorKind::TimedOut));
         }
         Ok(())
     }
 }
 
-/// Polls the completion queue of `lane`'s receive queue if `recv`, else
+/// What to check when a wait makes no progress.
+macro_rules! stalled {
+    ($what:expr) => {
+        site!(
+            $what,
+            "",
+            "is the peer alive, and running the same test with the same options?"
+        )
+    };
+}
+
+/// Polls the completion queue of `lane`'s receive queue if `RECV`, else
 /// of its send queue, once (the send tests have one for each, as
-/// perftest's do). Buffers go back to their pools, finished requests are
+/// perftest's do; see [`reap_received`] for queue pairs with one CQ for
+/// both). Buffers go back to their pools, finished requests are
 /// counted (`total` counts send-queue requests of every lane), and each
 /// signaled send completion is timestamped into `record`. Returns the
 /// number of requests handed back. Inlined into each wait loop, which then
-/// keeps its state in registers across polls.
+/// keeps its state in registers across polls. `RECV` is a constant: the
+/// receive queue's CQ holds receives only, so its instance of the
+/// callback (and of the engine's poll) has no send-side bookkeeping,
+/// which took send_lat's critical path 26 instructions per message.
 #[inline(always)]
-fn reap(
+fn reap<const RECV: bool>(
     lane: &mut Lane,
-    recv: bool,
     total: &mut u64,
     mut record: Option<&mut Vec<(u64, u64)>>,
 ) -> Result<usize, Error> {
@@ -251,14 +266,15 @@ fn reap(
     // otherwise be a call per completion.
     let n = poll_queue(
         qp,
-        recv,
+        RECV,
         #[inline(always)]
         |mut c| {
             if c.status() != WcStatus::SUCCESS && failed.is_none() {
                 failed = c.result().err();
             }
             // Pushes stay within the capacity reserved in `Side::prepare`.
-            if c.is_recv() {
+            // The receive queue's CQ holds receives only.
+            if RECV || c.is_recv() {
                 *received += 1; // its prepared receive is free again: see `repost`
             } else {
                 *done += 1;
@@ -280,18 +296,30 @@ fn reap(
     }
 }
 
-/// Polls the receive queue's CQ if `recv`, else the send queue's.
+/// Polls the receive queue's CQ if `recv`, else the send queue's. The
+/// callback goes by value: the engine's poll then inlines it (through a
+/// `&mut` it is called out of line, 19 instructions more per message).
 #[inline(always)]
 fn poll_queue(
     qp: &mut QueuePair<ArenaBuf>,
     recv: bool,
     on_done: impl FnMut(CompletionRef<'_, ArenaBuf>),
 ) -> Result<usize, Error> {
-    if recv {
-        qp.poll_recv_ref(on_done)
-    } else {
-        qp.poll_send_ref(on_done)
+    let queue = if recv { Queue::Recv } else { Queue::Send };
+    qp.engine_mut().poll_queue(queue, on_done)
+}
+
+/// [`reap`] of the receive queue's CQ. A queue pair whose receives have
+/// no CQ of their own (`Lane::recv_cq` false: rdma_cm's) finds nothing
+/// there and polls its one CQ, which [`reap`] sorts by kind; only an
+/// empty poll pays for that test.
+#[inline(always)]
+fn reap_received(lane: &mut Lane, total: &mut u64) -> Result<usize, Error> {
+    let n = reap::<true>(lane, total, None)?;
+    if n != 0 || lane.recv_cq {
+        return Ok(n);
     }
+    reap::<false>(lane, total, None)
 }
 
 /// Posts the lane's prepared receives in turn, keeping `recv_window`
@@ -330,8 +358,8 @@ fn wait_sent(lane: &mut Lane, n: u64, p: &Params) -> Result<(), Error> {
     let mut spin = Spin::new();
     let mut total = 0;
     while lane.done < n {
-        if reap(lane, false, &mut total, None)? == 0 {
-            spin.idle(p, "wait for a send completion")?;
+        if reap::<false>(lane, &mut total, None)? == 0 {
+            spin.idle(p, stalled!("wait for a send completion"))?;
         }
     }
     Ok(())
@@ -343,8 +371,8 @@ fn wait_received(lane: &mut Lane, n: u64, p: &Params) -> Result<(), Error> {
     let mut spin = Spin::new();
     let mut total = 0;
     while lane.received < n {
-        if reap(lane, true, &mut total, None)? == 0 {
-            spin.idle(p, "wait for the peer's send")?;
+        if reap_received(lane, &mut total)? == 0 {
+            spin.idle(p, stalled!("wait for the peer's send"))?;
         }
     }
     Ok(())
@@ -362,7 +390,7 @@ fn wait_byte(inbox: &MemoryRegion, at: usize, want: u8, p: &Params) -> Result<()
         if b[0] == want {
             return Ok(());
         }
-        spin.idle(p, "wait for the peer's RDMA Write")?;
+        spin.idle(p, stalled!("wait for the peer's RDMA Write"))?;
     }
 }
 
@@ -450,7 +478,7 @@ fn ping_pong_send(lane: &mut Lane, posted: &mut [u64], p: &Params) -> Result<(),
 fn send(
     lane: &mut Lane,
     stamp: Option<&mut u64>,
-    ping: Prepared,
+    ping: PreparedSend,
     k: u64,
     write: bool,
     p: &Params,
@@ -525,8 +553,10 @@ fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
                     } else {
                         let sent = lane.qp.post_send_chain(&mut chain[..n as usize])?;
                         if sent as u64 != n {
-                            return Err(Error::new("post_send_chain", ErrorKind::QueueFull)
-                                .with_detail("fewer requests posted than chained"));
+                            return Err(Error::new(
+                                site!("post_send_chain", "fewer requests posted than chained"),
+                                ErrorKind::QueueFull,
+                            ));
                         }
                     }
                 }
@@ -536,10 +566,10 @@ fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
         }
         let mut got = 0;
         for lane in lanes.iter_mut() {
-            got += reap(lane, false, &mut done, Some(&mut stamps.completed))?;
+            got += reap::<false>(lane, &mut done, Some(&mut stamps.completed))?;
         }
         if got == 0 {
-            spin.idle(p, "wait for send completions")?;
+            spin.idle(p, stalled!("wait for send completions"))?;
         } else {
             spin = Spin::new();
         }
@@ -555,7 +585,7 @@ fn drain_receives(side: &mut Side, p: &Params) -> Result<(), Error> {
         let mut got = 0;
         let mut pending = false;
         for lane in side.lanes.iter_mut() {
-            got += reap(lane, true, &mut unused, None)?;
+            got += reap_received(lane, &mut unused)?;
             repost(lane, p)?;
             pending |= lane.received < p.iters;
         }
@@ -563,7 +593,7 @@ fn drain_receives(side: &mut Side, p: &Params) -> Result<(), Error> {
             return Ok(());
         }
         if got == 0 {
-            spin.idle(p, "wait for the peer's sends")?;
+            spin.idle(p, stalled!("wait for the peer's sends"))?;
         } else {
             spin = Spin::new();
         }
@@ -572,10 +602,16 @@ fn drain_receives(side: &mut Side, p: &Params) -> Result<(), Error> {
 
 #[cold]
 fn no_stamp() -> Error {
-    Error::new("perf", ErrorKind::QueueFull).with_detail("timestamp table full (a bug in perf)")
+    Error::new(
+        site!("perf", "timestamp table full (a bug in perf)"),
+        ErrorKind::QueueFull,
+    )
 }
 
 #[cold]
 fn no_buffer() -> Error {
-    Error::new("perf", ErrorKind::QueueFull).with_detail("no free local buffer (a bug in perf)")
+    Error::new(
+        site!("perf", "no free local buffer (a bug in perf)"),
+        ErrorKind::QueueFull,
+    )
 }

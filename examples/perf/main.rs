@@ -139,7 +139,7 @@ impl<'a> Output<'a> {
         mode: &str,
     ) -> Result<Output<'a>, BoxError> {
         let qp = &side.lanes[0].qp;
-        let mtu = qp.query_path_mtu()?;
+        let mtu = qp.query()?.path_mtu;
         let link = match qp.port().link_layer() {
             verbs::device::LinkLayer::ETHERNET => "Ethernet",
             _ => "IB",

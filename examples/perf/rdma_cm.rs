@@ -126,7 +126,8 @@ mod with_cm {
             let inbox = cm::encode_regions(side.inbox.remote().as_slice());
             // Every connection in the first one's PD, where the memory is.
             let (conn, peer) = join(pending, side.inbox.pd(), config, &inbox)?;
-            side.add_lane(Link::Cm(conn), peer);
+            // rdma_cm gives the queue pair one CQ for both queues.
+            side.add_lane(Link::Cm(conn), peer, false);
         }
         Ok(built.ok_or("-R: no connection")?.1)
     }

@@ -1,14 +1,16 @@
 //! Two hosts: `perf TEST server` and `perf TEST client HOST`. A TCP
 //! connection checks both run the same options and carries the barriers
 //! between sizes; the queue pairs are connected with the crate's endpoint
-//! exchange over it, or by rdma_cm with `-R`. The client is the initiator
+//! exchange over it (the client's hello, then the server's reply, per
+//! queue pair), or by rdma_cm with `-R`. The client is the initiator
 //! (and the bandwidth sender); both sides print write_lat and send_lat
 //! results, the client all others.
 
 use std::io::{Read, Write};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use verbs::exchange::{self, Session};
+use verbs::Deadline;
 
 use super::clock::Clock;
 use super::loops;
@@ -22,7 +24,7 @@ const RUN: Duration = Duration::from_secs(3600);
 /// Runs this side; `host` is the server's address for a client.
 pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxError> {
     let setup = opts.setup()?;
-    let deadline = Instant::now() + SETUP;
+    let deadline = Deadline::after(SETUP);
     // Listening before the client learns (from the TCP handshake) to connect.
     let cm_listener = match (opts.rdma_cm, host) {
         (true, None) => Some(rdma_cm::Listener::bind(opts)?),
@@ -44,7 +46,13 @@ pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxErro
             let mut side = Side::new(&open(opts)?, &setup)?;
             let mut peers = Vec::new();
             for ep in side.endpoints() {
-                peers.push(session.exchange(&ep, deadline)?);
+                // The client speaks first (wire v2); no token: the peer
+                // already matched our options line on this connection.
+                let peer = match host {
+                    Some(_) => session.client_exchange(&ep, None, deadline)?,
+                    None => session.server_exchange(&ep, None, deadline)?,
+                };
+                peers.push(peer);
             }
             side.connect(&peers)?;
             side
@@ -62,9 +70,9 @@ pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxErro
         out.note_depth(&p, side.depth());
         // Both sides prepared (receives posted, inboxes cleared) before
         // either starts.
-        session.sync(Instant::now() + SETUP)?;
+        session.sync(Deadline::after(SETUP))?;
         loops::run(&mut side, &p)?;
-        session.sync(Instant::now() + RUN)?;
+        session.sync(Deadline::after(RUN))?;
         if reports {
             out.result(&side, &p);
         }
@@ -79,9 +87,11 @@ pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxErro
 
 /// Checks both sides run the same test with the same options: one line
 /// each way on the exchange's TCP connection.
-fn agree(session: Session, mine: &str, deadline: Instant) -> Result<Session, BoxError> {
+fn agree(session: Session, mine: &str, deadline: Deadline) -> Result<Session, BoxError> {
     let mut stream = session.into_stream();
-    stream.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now())))?;
+    // A zero timeout is refused: a passed deadline times out at once.
+    let left = deadline.remaining().max(Duration::from_millis(1));
+    stream.set_read_timeout(Some(left))?;
     stream.write_all(format!("{mine}\n").as_bytes())?;
     let theirs = read_line(&mut stream).map_err(|e| format!("reading the peer's options: {e}"))?;
     if theirs != mine {

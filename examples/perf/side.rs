@@ -8,9 +8,9 @@
 use std::ops::{Deref, DerefMut};
 
 use verbs::{
-    Arena, ArenaBuf, ArenaConfig, ConnectOptions, Endpoint, Error, Local, MemoryRegion, Mtu,
-    Prepared, ProtectionDomain, QpConfig, QueuePair, RecvRequest, RemoteRegion, RemoteSlice,
-    SendRequest,
+    site, Arena, ArenaBuf, ArenaConfig, ConnectOptions, Endpoint, EngineConfig, Error, HostBuf,
+    Local, MemoryRegion, Mtu, NicBuf, Prepared, PreparedRecv, PreparedSend, ProtectionDomain,
+    QpConfig, QueuePair, RecvRequest, RemoteRegion, RemoteSlice, SendRequest,
 };
 
 use super::loops::{operation, repost, Params, Test};
@@ -57,6 +57,7 @@ pub enum Link {
     Cm(verbs::cm::CmConnection<ArenaBuf>),
 }
 
+
 impl Deref for Link {
     type Target = Qp;
     #[inline]
@@ -89,17 +90,21 @@ pub struct Lane {
     pub(crate) sends: Vec<ArenaBuf>,
     /// The one request posted again and again, prepared with its buffer
     /// (`Params::prepared_send`).
-    pub(crate) ping: Option<Prepared>,
+    pub(crate) ping: Option<PreparedSend>,
     /// The prepared receives, posted again in turn (a latency test has
     /// one). A queue completes in post order, so with at most `recv_window`
     /// posted, the next one's previous post has completed.
-    pub(crate) recvs: Vec<Prepared>,
+    pub(crate) recvs: Vec<PreparedRecv>,
     /// Which of `recvs` is posted next.
     pub(crate) recv_next: usize,
     /// Most receives posted at once.
     pub(crate) recv_window: u64,
     /// Every request prepared for this run (released by the next prepare).
     pub(crate) prepared: Vec<Prepared>,
+    /// Receive completions have a completion queue of their own (the
+    /// send tests' queue pairs created here, as perftest's); else they
+    /// come with the send completions (rdma_cm's queue pairs).
+    pub(crate) recv_cq: bool,
     pub(crate) posted: u64,
     pub(crate) done: u64,
     pub(crate) recv_posted: u64,
@@ -109,9 +114,9 @@ pub struct Lane {
 impl Lane {
     /// The first `len` bytes of the peer's inbox.
     pub(crate) fn remote(&self, len: usize) -> Result<RemoteSlice, Error> {
-        let peer = self
-            .peer
-            .ok_or_else(|| Error::invalid("perf", "the peer shared no memory for this test"))?;
+        let peer = self.peer.ok_or_else(|| {
+            Error::invalid(site!("perf", "the peer shared no memory for this test"))
+        })?;
         RemoteSlice::new(&peer, 0, len as u64)
     }
 }
@@ -145,8 +150,10 @@ impl Side {
     pub fn new(pd: &ProtectionDomain, s: &Setup) -> Result<Side, Error> {
         let mut side = Side::without_qps(pd, s)?;
         let config = qp_config(pd, s)?;
+        let engine = engine_config(s);
         for _ in 0..s.qps.max(1) {
-            side.add_lane(Link::Verbs(QueuePair::new(pd, &config)?), None);
+            let qp = QueuePair::with_engine(pd, &config, &engine)?;
+            side.add_lane(Link::Verbs(qp), None, engine.separate_recv_cq);
         }
         Ok(side)
     }
@@ -186,8 +193,10 @@ impl Side {
         })
     }
 
-    /// Adds a queue pair; `peer` is the peer's inbox if already known.
-    pub fn add_lane(&mut self, qp: Link, peer: Option<RemoteRegion>) {
+    /// Adds a queue pair; `peer` is the peer's inbox if already known;
+    /// `recv_cq`: its receive completions have a completion queue of
+    /// their own.
+    pub fn add_lane(&mut self, qp: Link, peer: Option<RemoteRegion>, recv_cq: bool) {
         self.lanes.push(Lane {
             qp,
             peer,
@@ -197,6 +206,7 @@ impl Side {
             recv_next: 0,
             recv_window: 0,
             prepared: Vec::new(),
+            recv_cq,
             posted: 0,
             done: 0,
             recv_posted: 0,
@@ -219,10 +229,10 @@ impl Side {
     /// Connects QP i to the peer's endpoint i.
     pub fn connect(&mut self, peers: &[Endpoint]) -> Result<(), Error> {
         if peers.len() != self.lanes.len() {
-            return Err(Error::invalid(
+            return Err(Error::invalid(site!(
                 "perf connect",
-                "the peer has another number of QPs",
-            ));
+                "the peer has another number of QPs"
+            )));
         }
         for (lane, peer) in self.lanes.iter_mut().zip(peers) {
             lane.qp.connect_with(peer, &ConnectOptions::default())?;
@@ -284,7 +294,10 @@ impl Side {
             lane.ping = None;
             lane.recvs.clear();
             for h in lane.prepared.drain(..) {
-                drop(lane.qp.release_prepared(h)?);
+                match h {
+                    Prepared::Send(h) => drop(lane.qp.release_prepared(h)?),
+                    Prepared::Recv(h) => drop(lane.qp.release_prepared(h)?),
+                }
             }
         }
         for lane in &mut self.lanes {
@@ -296,23 +309,23 @@ impl Side {
                 }
                 let h = lane.qp.prepare_send(req).map_err(|e| e.error)?;
                 lane.ping = Some(h);
-                lane.prepared.push(h);
+                lane.prepared.push(Prepared::Send(h));
             } else {
                 lane.sends.reserve(sends);
                 for _ in 0..sends {
                     lane.sends.push(self.arena.alloc(len)?);
                 }
             }
+            lane.recvs.reserve(recvs);
             for _ in 0..recvs {
                 let local = Local::range(self.arena.alloc(len)?, 0, p.size).map_err(|(e, _)| e)?;
                 let h = lane
                     .qp
                     .prepare_recv(RecvRequest::new(local))
                     .map_err(|e| e.error)?;
-                lane.prepared.push(h);
+                lane.prepared.push(Prepared::Recv(h));
+                lane.recvs.push(h);
             }
-            lane.recvs
-                .extend_from_slice(&lane.prepared[lane.prepared.len() - recvs..]);
             lane.recv_next = 0;
             lane.recv_window = posts as u64;
             lane.posted = 0;
@@ -361,11 +374,19 @@ pub fn qp_config(pd: &ProtectionDomain, s: &Setup) -> Result<QpConfig, Error> {
         max_inline_data: s.inline,
         remote_access: s.test.remote_access(),
         max_mtu: s.mtu,
-        events: false,
-        // perftest's send tests give receives a CQ of their own.
-        separate_recv_cq: s.test.is_send(),
+        ..QpConfig::default()
     };
     with_inline_the_device_takes(pd, config)
+}
+
+/// The completion queues of a queue pair created here (each has an
+/// engine of its own): perftest's send tests give receives a CQ of their
+/// own, polled apart from the send queue's.
+pub fn engine_config(s: &Setup) -> EngineConfig {
+    EngineConfig {
+        separate_recv_cq: s.test.is_send(),
+        ..EngineConfig::default()
+    }
 }
 
 /// `config`, with its inline size halved until the device creates the QP:

@@ -43,3 +43,11 @@ pub use path::PathInfo;
 pub use post::PostError;
 pub use prepared_table::{Prepared, PreparedHandle, PreparedRecv, PreparedSend};
 pub use qp_slot::{QpId, QpState};
+
+// An engine, and so a `QueuePair`, moves to another thread with its
+// buffers (its prepared requests' raw pointers point into its own heap).
+const _: () = {
+    fn send<T: Send>() {}
+    let _ = send::<Engine<crate::memory::ArenaBuf>>;
+    let _ = send::<Engine<crate::memory::MemoryRegion>>;
+};
