@@ -38,7 +38,19 @@ struct Unrouted<'e, 'w, B: NicBuf, P: Provider> {
 }
 
 impl<B: NicBuf, P: Provider> Drop for Unrouted<'_, '_, B, P> {
+    #[inline(always)]
     fn drop(&mut self) {
+        if !self.rest.is_empty() {
+            self.route_rest();
+        }
+    }
+}
+
+impl<B: NicBuf, P: Provider> Unrouted<'_, '_, B, P> {
+    /// Only after a callback panicked.
+    #[cold]
+    #[inline(never)]
+    fn route_rest(&mut self) {
         for wc in self.rest {
             self.engine.retire(wc, &mut |_| {});
         }

@@ -28,6 +28,7 @@ mod prepared_ops;
 mod provider;
 mod rng;
 mod run;
+mod window;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,178 @@
+//! send_lat's critical window on a stub device, for counting instructions
+//! on the host: a receive's completion polled, the receive posted again,
+//! the reply posted (what `tests/softroce/critpath` counts on a device,
+//! minus the provider). The stub does the least a provider can: it keeps
+//! the last posted ids and hands back one completion per poll.
+//!
+//! `VERBS_WINDOW_ITERS=N valgrind --tool=callgrind
+//! --toggle-collect='*window_once*' target/release/deps/verbs-HASH window
+//! --ignored` counts N windows (each part is a function of its own, so
+//! `callgrind_annotate --inclusive=yes` splits the poll and the two posts);
+//! two runs' difference over their N difference is one window.
+
+use core::mem::MaybeUninit;
+
+use crate::engine::config::Queue;
+use crate::engine::core::Engine;
+use crate::engine::doorbell::Provider;
+use crate::engine::prepared_table::{PreparedRecv, PreparedSend};
+use crate::engine::qp_slot::{QpId, QpInfo, QpState};
+use crate::error::Error;
+use crate::raw::PostFailed;
+use crate::sgl::Local;
+use crate::sys::{self, Zeroed};
+use crate::wr::{RecvRequest, SendOp, SendRequest};
+
+use super::device::SimBuf;
+
+/// The least a provider can do.
+struct Stub {
+    recv_id: u64,
+    send_id: u64,
+    qp_num: u32,
+}
+
+impl Provider for Stub {
+    type Qp = ();
+    type Cq = ();
+    type Srq = ();
+
+    unsafe fn post_send(&mut self, _: &(), wrs: &mut [sys::ibv_send_wr]) -> Result<(), PostFailed> {
+        self.send_id = wrs[0].wr_id;
+        Ok(())
+    }
+
+    unsafe fn post_recv(&mut self, _: &(), wrs: &mut [sys::ibv_recv_wr]) -> Result<(), PostFailed> {
+        self.recv_id = wrs[0].wr_id;
+        Ok(())
+    }
+
+    unsafe fn post_srq_recv(
+        &mut self,
+        _: &(),
+        _: &mut [sys::ibv_recv_wr],
+    ) -> Result<(), PostFailed> {
+        Ok(())
+    }
+
+    #[inline(never)]
+    fn poll<'a>(
+        &mut self,
+        _: &(),
+        out: &'a mut [MaybeUninit<sys::ibv_wc>],
+    ) -> Result<&'a [sys::ibv_wc], Error> {
+        let wc = out[0].write(sys::ibv_wc::zeroed());
+        wc.wr_id = core::mem::take(&mut self.recv_id);
+        wc.opcode = sys::ibv_wc_opcode::RECV;
+        wc.qp_num = self.qp_num;
+        wc.byte_len = 64;
+        let n = usize::from(wc.wr_id != 0);
+        // SAFETY: the first entry was written above.
+        Ok(unsafe { core::slice::from_raw_parts(out.as_ptr().cast(), n) })
+    }
+
+    fn set_state(&mut self, _: &(), _: sys::ibv_qp_state) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn destroy_qp(&mut self, _: ()) -> Result<(), Error> {
+        Ok(())
+    }
+
+    fn destroy_srq(&mut self, _: ()) -> Result<(), Error> {
+        Ok(())
+    }
+}
+
+struct Bench {
+    engine: Engine<SimBuf, Stub>,
+    recv: PreparedRecv,
+    send: PreparedSend,
+    received: u64,
+}
+
+/// One message's window, as perf's `send_lat` loop runs it.
+#[inline(never)]
+fn window_once(b: &mut Bench) -> Result<(), Error> {
+    window_poll(b)?;
+    window_recv(b)?;
+    window_send(b)
+}
+
+#[inline(never)]
+fn window_poll(b: &mut Bench) -> Result<usize, Error> {
+    let received = &mut b.received;
+    b.engine.poll_queue(Queue::Recv, |c| {
+        if c.status() == sys::ibv_wc_status::SUCCESS {
+            *received += 1;
+        }
+    })
+}
+
+#[inline(never)]
+fn window_recv(b: &mut Bench) -> Result<(), Error> {
+    b.engine.post_prepared(b.recv)
+}
+
+#[inline(never)]
+fn window_send(b: &mut Bench) -> Result<(), Error> {
+    b.engine.post_prepared(b.send)
+}
+
+fn bench() -> (Bench, QpId) {
+    let stub = Stub {
+        recv_id: 0,
+        send_id: 0,
+        qp_num: 0x111,
+    };
+    let mut engine = Engine::assemble(stub, (), 64, Some(((), 64)), None, false);
+    let caps = sys::ibv_qp_cap {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let qp = engine
+        .place((), 0x111, 16, 16, caps, QpInfo::default())
+        .map_err(|(e, _)| e)
+        .unwrap();
+    engine.mark_state(qp, QpState::RTS).unwrap();
+    let buf = |id| Local::whole(SimBuf { id });
+    let recv = engine
+        .prepare_recv(qp, RecvRequest::new(buf(1 << 40)))
+        .map_err(|e| e.error)
+        .unwrap();
+    let send = engine
+        .prepare_send(qp, SendRequest::new(SendOp::Send, buf(2 << 40)))
+        .map_err(|e| e.error)
+        .unwrap();
+    let bench = Bench {
+        engine,
+        recv,
+        send,
+        received: 0,
+    };
+    (bench, qp)
+}
+
+#[test]
+#[ignore = "an instruction count, run under valgrind (see the module docs)"]
+fn window() {
+    let iters: u64 = std::env::var("VERBS_WINDOW_ITERS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000);
+    let (mut b, _qp) = bench();
+    b.engine.post_prepared(b.recv).unwrap();
+    for _ in 0..iters {
+        window_once(&mut b).unwrap();
+        // The reply's completion, outside the window.
+        let id = core::mem::take(&mut b.engine.prov.send_id);
+        let mut wc = sys::ibv_wc::zeroed();
+        wc.wr_id = id;
+        wc.qp_num = 0x111;
+        b.engine.retire(&wc, &mut |_| {});
+    }
+    assert_eq!(b.received, iters);
+}
