@@ -57,7 +57,6 @@ pub enum Link {
     Cm(verbs::cm::CmConnection<ArenaBuf>),
 }
 
-
 impl Deref for Link {
     type Target = Qp;
     #[inline]
