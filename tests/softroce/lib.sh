@@ -253,7 +253,9 @@ sr_outcome() {
 # --- Several guests on virtual switches: pair and cluster ----------------------
 # Plane p is one vde_switch (a learning switch on unix sockets: no IP traffic
 # leaves the host). Node i plugs NIC eth<p> into it, with address
-# 10.(78+p).0.(i+1)/24, and rxe<p> runs on that NIC.
+# 10.(78+p).0.(i+1)/24, and rxe<p> runs on that NIC. Two nodes get a plain
+# wire per plane instead: a unix stream socket between their QEMUs, which
+# pushes back on a busy receiver where a datagram switch drops frames.
 
 sr_addr() { echo "10.$((78 + $1)).0.$(($2 + 1))"; }                        # PLANE NODE
 sr_mac() { printf '52:54:00:%02x:00:%02x\n' $((0x78 + $1)) $(($2 + 1)); } # PLANE NODE
@@ -261,7 +263,7 @@ sr_mac() { printf '52:54:00:%02x:00:%02x\n' $((0x78 + $1)) $(($2 + 1)); } # PLAN
 # Topology and faults, set from the command line by sr_net_opt.
 SR_PLANES=1 SR_LOSS='' SR_LOSS_NODE='' SR_LOSS_PLANE='' SR_DELAY='' SR_DELAY_NODE='' SR_DELAY_PLANE=''
 SR_CUT_AFTER='' SR_CUT_PLANE='' SR_CUT_NODE='' SR_RESTORE_AFTER='' SR_KILL_NODE='' SR_KILL_AFTER=''
-SR_TOP='' SR_PIDS=() SR_HELPERS=() SR_SWITCH_PIDS=()
+SR_TOP='' SR_WIRE='' SR_PIDS=() SR_HELPERS=() SR_SWITCH_PIDS=()
 declare -A SR_RUN_OF=()
 
 # sr_net_opt OPTION VALUE: take one topology or fault option; false if
@@ -340,26 +342,36 @@ sr_node_config() {
 	fi
 }
 
-# sr_nodes_begin KIND N: the run's top directory and one switch per plane.
-# Each switch reads its stdin from a pipe this shell holds: should the
-# script die without cleaning up, the switch gets EOF and exits by itself.
+# sr_nodes_begin KIND N: the run's top directory and, for 3 nodes or more,
+# one switch per plane. Each switch reads its stdin from a pipe this shell
+# holds: should the script die without cleaning up, the switch gets EOF and
+# exits by itself.
 sr_nodes_begin() {
-	local kind=$1 n=$2 p fd tries
+	local kind=$1 n=$2 p fd
+	SR_TOP=$(mktemp -d "${TMPDIR:-/tmp}/softroce-$kind.XXXXXX") || sr_die "no temp dir"
+	SR_WIRE=stream
+	((n == 2)) && return
+	SR_WIRE=vde
 	command -v vde_switch >/dev/null ||
 		sr_die "vde_switch not found (Debian package vde-switch; tests/softroce/setup installs it)"
-	SR_TOP=$(mktemp -d "${TMPDIR:-/tmp}/softroce-$kind.XXXXXX") || sr_die "no temp dir"
 	for ((p = 0; p < SR_PLANES; p++)); do
 		# shellcheck disable=SC2034 # fd is only held, never written
 		exec {fd}> >(exec vde_switch -n $((n < 32 ? 32 : n + 1)) -s "$SR_TOP/sw$p" >"$SR_TOP/sw$p.log" 2>&1)
 		SR_SWITCH_PIDS+=($!)
 	done
 	for ((p = 0; p < SR_PLANES; p++)); do
-		for ((tries = 0; tries < 100; tries++)); do
-			[[ -S $SR_TOP/sw$p/ctl ]] && break
-			sleep 0.05
-		done
-		[[ -S $SR_TOP/sw$p/ctl ]] || sr_die "the switch of plane $p did not start: $(cat "$SR_TOP/sw$p.log")"
+		sr_wait_socket "$SR_TOP/sw$p/ctl" || sr_die "the switch of plane $p did not start: $(cat "$SR_TOP/sw$p.log")"
 	done
+}
+
+# sr_wait_socket PATH: true once the unix socket PATH exists (10 s at most).
+sr_wait_socket() {
+	local tries
+	for ((tries = 0; tries < 200; tries++)); do
+		[[ -S $1 ]] && return
+		sleep 0.05
+	done
+	return 1
 }
 
 # sr_node_start NODE NAME CMD...: boot the node in the background (run dir
@@ -370,7 +382,16 @@ sr_node_start() {
 	run=$SR_TOP/$name
 	mkdir "$run" || sr_die "cannot create $run"
 	for ((p = 0; p < SR_PLANES; p++)); do
-		nics+="vde,sock=$SR_TOP/sw$p $(sr_mac "$p" "$i")"$'\n'
+		if [[ $SR_WIRE == vde ]]; then
+			nics+="vde,sock=$SR_TOP/sw$p"
+		elif ((i == 0)); then
+			nics+="stream,server=on,addr.type=unix,addr.path=$SR_TOP/wire$p"
+		else
+			nics+="stream,server=off,addr.type=unix,addr.path=$SR_TOP/wire$p"
+			# node 0's QEMU must be listening, or this one exits at once
+			sr_wait_socket "$SR_TOP/wire$p" || sr_die "node 0's QEMU never listened on $SR_TOP/wire$p"
+		fi
+		nics+=" $(sr_mac "$p" "$i")"$'\n'
 	done
 	SR_CONFIG=$(sr_node_config "$i") sr_prepare "$run" "$@"
 	(
