@@ -9,7 +9,7 @@ SR_CACHE=${VERBS_SOFTROCE_CACHE:-$HOME/.cache/verbs-softroce}
 
 # apt packages a fresh Debian/Ubuntu host needs (iproute2 gives ip/tc/rdma,
 # which the guest runs from the host root through the chroot; vde-switch is
-# the virtual switch that pair and cluster plug their guests into).
+# the virtual switch of a cluster of 3 guests or more).
 # shellcheck disable=SC2034 # used by setup
 SR_PACKAGES=(qemu-system-x86 busybox-static rdma-core ibverbs-providers
 	ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils perftest iproute2
