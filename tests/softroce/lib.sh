@@ -1,22 +1,26 @@
 # shellcheck shell=bash
-# Shared by setup, guest, pair, compare and critpath: where things live,
-# how one guest boots, and which device and GID the benchmarks use.
+# Shared by setup, guest, pair, cluster, compare and critpath: where things
+# live, how one guest boots, how several guests share virtual switches, and
+# which device and GID the benchmarks use.
 # Sourced, never run. Every function is prefixed sr_.
 
 SR_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SR_CACHE=${VERBS_SOFTROCE_CACHE:-$HOME/.cache/verbs-softroce}
 
 # apt packages a fresh Debian/Ubuntu host needs (iproute2 gives ip/tc/rdma,
-# which the guest runs from the host root through the chroot).
+# which the guest runs from the host root through the chroot; vde-switch is
+# the virtual switch of a cluster of 3 guests or more).
 # shellcheck disable=SC2034 # used by setup
 SR_PACKAGES=(qemu-system-x86 busybox-static rdma-core ibverbs-providers
 	ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils perftest iproute2
-	xz-utils)
+	xz-utils vde-switch)
 
 # insmod order: each module's depends= is satisfied by the ones before it.
+# ifb .. act_mirred: netem on a NIC's incoming side (a node's whole link).
 SR_MODULES=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev
 	virtio_pci netfs fscache 9pnet 9pnet_virtio 9p
 	failover net_failover virtio_net dummy sch_netem
+	ifb sch_ingress cls_matchall act_mirred
 	crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs
 	configfs iw_cm ib_cm rdma_cm rdma_ucm rdma_rxe)
 
@@ -102,14 +106,13 @@ sr_accel() {
 }
 
 # Write the per-run control directory: config for init, the job script.
-# Usage: sr_prepare RUN CMD [ARGS...]; environment SR_NET_* set by the caller.
+# Usage: sr_prepare RUN CMD [ARGS...]. SR_CONFIG (from sr_node_config) sets
+# NICs and faults, else the lone guest's rxe0 on dummy0; SR_EXPORTS holds
+# extra `export` lines for the job.
 sr_prepare() {
 	local run=$1 name
 	shift
-	{
-		printf 'SR_IF=%q\nSR_ADDR=%q\n' "${SR_NET_IF:-dummy0}" "${SR_NET_ADDR:-10.77.0.1/24}"
-		printf 'SR_NETEM=%q\nSR_CUT_AFTER=%q\n' "${SR_NETEM:-}" "${SR_CUT_AFTER:-}"
-	} >"$run/config"
+	printf '%s\n' "${SR_CONFIG:-SR_PLANES=1 SR_IF_0=dummy0 SR_ADDR_0=10.77.0.1/24}" >"$run/config"
 	# The guest gets a fresh /tmp; host entries it needs there (a crate or a
 	# target dir under /tmp, a binary in /tmp) are bound in, read-only.
 	local p
@@ -129,7 +132,7 @@ sr_prepare() {
 			esac
 		done
 		echo 'export VERBS_TEST_DEVICE=rxe0 VERBS_REQUIRE_DEVICE=1 VERBS_IN_GUEST=1'
-		[[ -n ${SR_PEER_ADDR:-} ]] && printf 'export VERBS_PEER_ADDR=%q\n' "$SR_PEER_ADDR"
+		[[ -n ${SR_EXPORTS:-} ]] && printf '%s\n' "$SR_EXPORTS"
 		printf 'cd %q || { echo "softroce guest: no such directory in the guest: %q" >&2; exit 125; }\n' "$PWD" "$PWD"
 		printf 'exec'
 		printf ' %q' "$@"
@@ -138,7 +141,8 @@ sr_prepare() {
 }
 
 # Boot one guest in the foreground until it powers off or LIMIT seconds pass.
-# Exit status: qemu's, or 124 on time limit. SR_NETDEV adds a NIC (pair).
+# Exit status: qemu's, or 124 on time limit. SR_NICS adds NICs: one
+# "NETDEV_OPTIONS MAC" line each (pair, cluster).
 sr_qemu() {
 	local run=$1 limit=$2 accel=${SR_ACCEL:-tcg} cpu=max
 	[[ $accel == kvm ]] && cpu=host
@@ -159,9 +163,14 @@ sr_qemu() {
 	)
 	# qboot: a minimal firmware that starts the kernel sooner than SeaBIOS
 	[[ -r /usr/share/qemu/qboot.rom ]] && args+=(-bios /usr/share/qemu/qboot.rom)
-	if [[ -n ${SR_NETDEV:-} ]]; then
-		args+=(-netdev "socket,id=n0,$SR_NETDEV" -device "virtio-net-pci,netdev=n0,mac=$SR_MAC")
-	fi
+	local n=0 netdev mac
+	while read -r netdev mac; do
+		[[ -n $netdev ]] || continue
+		args+=(-netdev "$netdev,id=n$n" -device "virtio-net-pci,netdev=n$n,mac=$mac")
+		n=$((n + 1))
+	done <<<"${SR_NICS:-}"
+	# cluster --kill-node powers a guest off through this pid
+	args+=(-pidfile "$run/qemu.pid")
 	# -k: a guest that ignores SIGTERM still goes away.
 	exec timeout -k 5 "$limit" qemu-system-x86_64 "${args[@]}" </dev/null >>"$run/qemu.log" 2>&1
 }
@@ -184,7 +193,8 @@ sr_boot() {
 	out=$!
 	sr_follow "$run/stderr" "$qemu" "$prefix" >&2 &
 	err=$!
-	wait "$qemu"
+	# (2>: no "Killed" job notice when --kill-node powers the guest off)
+	wait "$qemu" 2>/dev/null
 	qs=$?
 	wait "$out" "$err"
 	trap - TERM INT
@@ -216,6 +226,10 @@ sr_outcome() {
 		fi
 		return "$status"
 	fi
+	if [[ -e $run/killed ]]; then
+		sr_say "powered off as asked (--kill-node), $(cat "$run/killed") s after its command started"
+		return 137
+	fi
 	if ((qs == 124 || qs == 137)); then
 		sr_say "time limit $limit s exceeded running $what"
 		return 124
@@ -234,4 +248,214 @@ sr_outcome() {
 	# shellcheck disable=SC2034 # read by the caller
 	SR_KEEP=1
 	return 125
+}
+
+# --- Several guests on virtual switches: pair and cluster ----------------------
+# Plane p is one vde_switch (a learning switch on unix sockets: no IP traffic
+# leaves the host). Node i plugs NIC eth<p> into it, with address
+# 10.(78+p).0.(i+1)/24, and rxe<p> runs on that NIC. Two nodes get a plain
+# wire per plane instead: a unix stream socket between their QEMUs, which
+# pushes back on a busy receiver where a datagram switch drops frames.
+
+sr_addr() { echo "10.$((78 + $1)).0.$(($2 + 1))"; }                        # PLANE NODE
+sr_mac() { printf '52:54:00:%02x:00:%02x\n' $((0x78 + $1)) $(($2 + 1)); } # PLANE NODE
+
+# Topology and faults, set from the command line by sr_net_opt.
+SR_PLANES=1 SR_LOSS='' SR_LOSS_NODE='' SR_LOSS_PLANE='' SR_DELAY='' SR_DELAY_NODE='' SR_DELAY_PLANE=''
+SR_CUT_AFTER='' SR_CUT_PLANE='' SR_CUT_NODE='' SR_RESTORE_AFTER='' SR_KILL_NODE='' SR_KILL_AFTER=''
+SR_TOP='' SR_WIRE='' SR_PIDS=() SR_HELPERS=() SR_SWITCH_PIDS=()
+declare -A SR_RUN_OF=()
+
+# sr_net_opt OPTION VALUE: take one topology or fault option; false if
+# OPTION is not one.
+sr_net_opt() {
+	case $1 in
+	--planes) SR_PLANES=${2-} ;;
+	--loss) SR_LOSS=${2-} ;;
+	--loss-node) SR_LOSS_NODE=${2-} ;;
+	--loss-plane) SR_LOSS_PLANE=${2-} ;;
+	--delay) SR_DELAY=${2-} ;;
+	--delay-node) SR_DELAY_NODE=${2-} ;;
+	--delay-plane) SR_DELAY_PLANE=${2-} ;;
+	--cut-after) SR_CUT_AFTER=${2-} ;;
+	--cut-plane) SR_CUT_PLANE=${2-} ;;
+	--cut-node) SR_CUT_NODE=${2-} ;;
+	--restore-after) SR_RESTORE_AFTER=${2-} ;;
+	--kill-node) SR_KILL_NODE=${2-} ;;
+	--kill-after) SR_KILL_AFTER=${2-} ;;
+	*) return 1 ;;
+	esac
+	[[ ${2-} =~ ^[0-9]+(\.[0-9]+)?$ ]] || sr_die "$1 needs a number, not '${2-}'"
+}
+
+# sr_net_check N: the options make sense for N nodes.
+sr_net_check() {
+	local n=$1 v
+	for v in SR_PLANES SR_LOSS_NODE SR_DELAY_NODE SR_CUT_NODE SR_KILL_NODE \
+		SR_LOSS_PLANE SR_DELAY_PLANE SR_CUT_PLANE; do
+		[[ ${!v} =~ ^[0-9]*$ ]] || sr_die "node and plane numbers are whole numbers"
+	done
+	((SR_PLANES >= 1 && SR_PLANES <= 8)) || sr_die "--planes takes 1 to 8"
+	for v in SR_LOSS_NODE SR_DELAY_NODE SR_CUT_NODE SR_KILL_NODE; do
+		[[ -z ${!v} ]] || ((${!v} < n)) || sr_die "there is no node ${!v} (nodes are 0..$((n - 1)))"
+	done
+	for v in SR_LOSS_PLANE SR_DELAY_PLANE SR_CUT_PLANE; do
+		[[ -z ${!v} ]] || ((${!v} < SR_PLANES)) || sr_die "there is no plane ${!v} (planes are 0..$((SR_PLANES - 1)))"
+	done
+	[[ -n $SR_LOSS || -z $SR_LOSS_NODE$SR_LOSS_PLANE ]] || sr_die "--loss-node/--loss-plane need --loss"
+	[[ -n $SR_DELAY || -z $SR_DELAY_NODE$SR_DELAY_PLANE ]] || sr_die "--delay-node/--delay-plane need --delay"
+	[[ -n $SR_CUT_AFTER || -z $SR_CUT_NODE$SR_CUT_PLANE$SR_RESTORE_AFTER ]] ||
+		sr_die "--cut-node/--cut-plane/--restore-after need --cut-after"
+	[[ -z $SR_KILL_NODE$SR_KILL_AFTER || (-n $SR_KILL_NODE && -n $SR_KILL_AFTER) ]] ||
+		sr_die "--kill-node and --kill-after go together"
+}
+
+# sr_netem NODE PLANE out|in: netem arguments for that NIC and direction.
+# Without a node selector every node's outgoing side is impaired, so each
+# packet between two nodes is hit once; with one, that node's link is
+# impaired both ways (incoming through an ifb device), again once per packet.
+sr_netem() {
+	local args=()
+	sr_hits "$@" "$SR_LOSS" "$SR_LOSS_NODE" "$SR_LOSS_PLANE" && args+=(loss "$SR_LOSS%")
+	sr_hits "$@" "$SR_DELAY" "$SR_DELAY_NODE" "$SR_DELAY_PLANE" && args+=(delay "${SR_DELAY}ms")
+	echo "${args[*]}"
+}
+# sr_hits NODE PLANE DIR VALUE NODE_SELECTOR PLANE_SELECTOR
+sr_hits() {
+	[[ -n $4 && (-z $6 || $6 == "$2") ]] || return 1
+	[[ $5 == "$1" || (-z $5 && $3 == out) ]]
+}
+
+# sr_node_config NODE: init's config for that node (NICs, addresses, faults).
+sr_node_config() {
+	local i=$1 p
+	printf 'SR_PLANES=%q\n' "$SR_PLANES"
+	for ((p = 0; p < SR_PLANES; p++)); do
+		printf 'SR_IF_%d=eth%d SR_ADDR_%d=%s/24 SR_MAC_%d=%s\n' \
+			"$p" "$p" "$p" "$(sr_addr "$p" "$i")" "$p" "$(sr_mac "$p" "$i")"
+		printf 'SR_NETEM_%d=%q SR_NETEM_IN_%d=%q\n' \
+			"$p" "$(sr_netem "$i" "$p" out)" "$p" "$(sr_netem "$i" "$p" in)"
+	done
+	if [[ -n $SR_CUT_AFTER && (-z $SR_CUT_NODE || $SR_CUT_NODE == "$i") ]]; then
+		printf 'SR_CUT_IF=eth%d SR_CUT_AFTER=%q SR_RESTORE_AFTER=%q\n' \
+			"${SR_CUT_PLANE:-0}" "$SR_CUT_AFTER" "$SR_RESTORE_AFTER"
+	fi
+}
+
+# sr_nodes_begin KIND N: the run's top directory and, for 3 nodes or more,
+# one switch per plane. Each switch reads its stdin from a pipe this shell
+# holds: should the script die without cleaning up, the switch gets EOF and
+# exits by itself.
+sr_nodes_begin() {
+	local kind=$1 n=$2 p fd
+	SR_TOP=$(mktemp -d "${TMPDIR:-/tmp}/softroce-$kind.XXXXXX") || sr_die "no temp dir"
+	SR_WIRE=stream
+	((n == 2)) && return
+	SR_WIRE=vde
+	command -v vde_switch >/dev/null ||
+		sr_die "vde_switch not found (Debian package vde-switch; tests/softroce/setup installs it)"
+	for ((p = 0; p < SR_PLANES; p++)); do
+		# shellcheck disable=SC2034 # fd is only held, never written
+		exec {fd}> >(exec vde_switch -n $((n < 32 ? 32 : n + 1)) -s "$SR_TOP/sw$p" >"$SR_TOP/sw$p.log" 2>&1)
+		SR_SWITCH_PIDS+=($!)
+	done
+	for ((p = 0; p < SR_PLANES; p++)); do
+		sr_wait_socket "$SR_TOP/sw$p/ctl" || sr_die "the switch of plane $p did not start: $(cat "$SR_TOP/sw$p.log")"
+	done
+}
+
+# sr_wait_socket PATH: true once the unix socket PATH exists (10 s at most).
+sr_wait_socket() {
+	local tries
+	for ((tries = 0; tries < 200; tries++)); do
+		[[ -S $1 ]] && return
+		sleep 0.05
+	done
+	return 1
+}
+
+# sr_node_start NODE NAME CMD...: boot the node in the background (run dir
+# SR_TOP/NAME), its output prefixed "[NAME] ". SR_EXPORTS: extra exports.
+sr_node_start() {
+	local i=$1 name=$2 run p nics=
+	shift 2
+	run=$SR_TOP/$name
+	mkdir "$run" || sr_die "cannot create $run"
+	for ((p = 0; p < SR_PLANES; p++)); do
+		if [[ $SR_WIRE == vde ]]; then
+			nics+="vde,sock=$SR_TOP/sw$p"
+		elif ((i == 0)); then
+			nics+="stream,server=on,addr.type=unix,addr.path=$SR_TOP/wire$p"
+		else
+			nics+="stream,server=off,addr.type=unix,addr.path=$SR_TOP/wire$p"
+			# node 0's QEMU must be listening, or this one exits at once
+			sr_wait_socket "$SR_TOP/wire$p" || sr_die "node 0's QEMU never listened on $SR_TOP/wire$p"
+		fi
+		nics+=" $(sr_mac "$p" "$i")"$'\n'
+	done
+	SR_CONFIG=$(sr_node_config "$i") sr_prepare "$run" "$@"
+	(
+		SR_WHO="$SR_WHO $name" SR_NICS=$nics SR_KEEP=${VERBS_GUEST_KEEP:-}
+		sr_boot "$run" "${VERBS_GUEST_TIMEOUT:-600}" "[$name] " "$*"
+		status=$?
+		[[ -n $SR_KEEP ]] && sr_say "kept $run" && : >"$run/keep"
+		exit "$status"
+	) &
+	SR_PIDS+=($!)
+	SR_RUN_OF[$!]=$run
+	if [[ $i == "$SR_KILL_NODE" ]]; then
+		sr_kill_later "$run" $! &
+		SR_HELPERS+=($!)
+	fi
+}
+
+# --kill-node: SIGKILL the node's qemu (a pulled plug) SR_KILL_AFTER s after
+# its command started, unless the command finished first.
+sr_kill_later() {
+	local run=$1 node=$2
+	until [[ -e $run/started ]]; do
+		kill -0 "$node" 2>/dev/null || return
+		sleep 0.1
+	done
+	sleep "$SR_KILL_AFTER"
+	[[ -e $run/status ]] && return
+	echo "$SR_KILL_AFTER" >"$run/killed"
+	kill -KILL "$(cat "$run/qemu.pid")" 2>/dev/null
+}
+
+# sr_nodes_wait GRACE: wait for every node. Status: that of the first node
+# to fail, or 0. A node failing on its own gives the others GRACE seconds
+# before they are stopped; one powered off by --kill-node does not, since
+# carrying on without it is what the others are being tested for.
+sr_nodes_wait() {
+	local grace=$1 result=0 reaper='' status finished p left
+	while ((${#SR_PIDS[@]})); do
+		wait -n -p finished "${SR_PIDS[@]}"
+		status=$?
+		left=()
+		for p in "${SR_PIDS[@]}"; do [[ $p == "$finished" ]] || left+=("$p"); done
+		SR_PIDS=("${left[@]}")
+		((status)) || continue
+		((result)) || result=$status
+		if [[ -z $reaper && ! -e ${SR_RUN_OF[$finished]}/killed ]] && ((${#SR_PIDS[@]})); then
+			sleep "$grace" && kill "${SR_PIDS[@]}" 2>/dev/null &
+			reaper=$!
+		fi
+	done
+	[[ -n $reaper ]] && kill "$reaper" 2>/dev/null
+	return "$result"
+}
+
+# EXIT trap of pair and cluster: stop what still runs, then remove the run
+# unless a node was kept for diagnosis.
+sr_nodes_end() {
+	((${#SR_PIDS[@]})) && kill "${SR_PIDS[@]}" 2>/dev/null
+	((${#SR_HELPERS[@]})) && kill "${SR_HELPERS[@]}" 2>/dev/null
+	((${#SR_SWITCH_PIDS[@]})) && kill "${SR_SWITCH_PIDS[@]}" 2>/dev/null
+	wait
+	[[ -n $SR_TOP ]] || return
+	if [[ -n ${VERBS_GUEST_KEEP:-} ]] || compgen -G "$SR_TOP/*/keep" >/dev/null; then
+		return
+	fi
+	rm -rf "$SR_TOP"
 }
