@@ -21,6 +21,8 @@ mod device;
 mod drain;
 mod forge;
 mod lifecycle;
+#[cfg(test)]
+mod limits;
 mod model;
 mod plan;
 mod polling;
@@ -28,6 +30,7 @@ mod prepared_ops;
 mod provider;
 mod rng;
 mod run;
+mod stub;
 mod window;
 
 #[cfg(test)]

@@ -1,8 +1,7 @@
 //! send_lat's critical window on a stub device, for counting instructions
 //! on the host: a receive's completion polled, the receive posted again,
 //! the reply posted (what `tests/softroce/critpath` counts on a device,
-//! minus the provider). The stub does the least a provider can: it keeps
-//! the last posted ids and hands back one completion per poll.
+//! minus the provider), on the stub provider.
 //!
 //! `VERBS_WINDOW_ITERS=N valgrind --tool=callgrind
 //! --toggle-collect='*window_once*' target/release/deps/verbs-HASH window
@@ -10,79 +9,17 @@
 //! `callgrind_annotate --inclusive=yes` splits the poll and the two posts);
 //! two runs' difference over their N difference is one window.
 
-use core::mem::MaybeUninit;
-
 use crate::engine::config::Queue;
 use crate::engine::core::Engine;
-use crate::engine::doorbell::Provider;
 use crate::engine::prepared_table::{PreparedRecv, PreparedSend};
 use crate::engine::qp_slot::{QpId, QpInfo, QpState};
 use crate::error::Error;
-use crate::raw::PostFailed;
 use crate::sgl::Local;
 use crate::sys::{self, Zeroed};
 use crate::wr::{RecvRequest, SendOp, SendRequest};
 
 use super::device::SimBuf;
-
-/// The least a provider can do.
-struct Stub {
-    recv_id: u64,
-    send_id: u64,
-    qp_num: u32,
-}
-
-impl Provider for Stub {
-    type Qp = ();
-    type Cq = ();
-    type Srq = ();
-
-    unsafe fn post_send(&mut self, _: &(), wrs: &mut [sys::ibv_send_wr]) -> Result<(), PostFailed> {
-        self.send_id = wrs[0].wr_id;
-        Ok(())
-    }
-
-    unsafe fn post_recv(&mut self, _: &(), wrs: &mut [sys::ibv_recv_wr]) -> Result<(), PostFailed> {
-        self.recv_id = wrs[0].wr_id;
-        Ok(())
-    }
-
-    unsafe fn post_srq_recv(
-        &mut self,
-        _: &(),
-        _: &mut [sys::ibv_recv_wr],
-    ) -> Result<(), PostFailed> {
-        Ok(())
-    }
-
-    #[inline(never)]
-    fn poll<'a>(
-        &mut self,
-        _: &(),
-        out: &'a mut [MaybeUninit<sys::ibv_wc>],
-    ) -> Result<&'a [sys::ibv_wc], Error> {
-        let wc = out[0].write(sys::ibv_wc::zeroed());
-        wc.wr_id = core::mem::take(&mut self.recv_id);
-        wc.opcode = sys::ibv_wc_opcode::RECV;
-        wc.qp_num = self.qp_num;
-        wc.byte_len = 64;
-        let n = usize::from(wc.wr_id != 0);
-        // SAFETY: the first entry was written above.
-        Ok(unsafe { core::slice::from_raw_parts(out.as_ptr().cast(), n) })
-    }
-
-    fn set_state(&mut self, _: &(), _: sys::ibv_qp_state) -> Result<(), Error> {
-        Ok(())
-    }
-
-    fn destroy_qp(&mut self, _: ()) -> Result<(), Error> {
-        Ok(())
-    }
-
-    fn destroy_srq(&mut self, _: ()) -> Result<(), Error> {
-        Ok(())
-    }
-}
+use super::stub::Stub;
 
 struct Bench {
     engine: Engine<SimBuf, Stub>,
@@ -120,12 +57,7 @@ fn window_send(b: &mut Bench) -> Result<(), Error> {
 }
 
 fn bench() -> (Bench, QpId) {
-    let stub = Stub {
-        recv_id: 0,
-        send_id: 0,
-        qp_num: 0x111,
-    };
-    let mut engine = Engine::assemble(stub, (), 64, Some(((), 64)), None, false);
+    let mut engine = Engine::assemble(Stub::new(0x111), (), 64, Some(((), 64)), None, false);
     let caps = sys::ibv_qp_cap {
         max_send_wr: 16,
         max_recv_wr: 16,
