@@ -18,6 +18,17 @@ const TESTS: &[&[&str]] = &[
     &["write_bw", "-n", "1000", "-s", "4096", "-l", "8"],
     &["read_bw", "-n", "500", "-s", "4096", "-q", "2"],
     &["send_bw", "-n", "1000", "-s", "64", "-q", "2"],
+    &["write_bw", "-n", "1000", "-s", "4096", "--perform_warm_up"],
+    &[
+        "read_bw",
+        "-n",
+        "500",
+        "-s",
+        "65536",
+        "-l",
+        "4",
+        "--perform_warm_up",
+    ],
 ];
 
 /// Runs perf with `args`; asserts success and returns its JSON output.
@@ -64,6 +75,47 @@ fn every_test_runs_in_loopback() {
         let args: Vec<&str> = t.iter().copied().chain(["-d", &dev, "--json"]).collect();
         check_result(&args, &perf(&args));
     }
+}
+
+/// `-a` runs every power of two from 2 B to 8 MiB (perftest's sweep) to
+/// the end, each with its figures.
+#[test]
+fn the_size_sweep_covers_every_size() {
+    let dev = device_name("perf -a");
+    let args = ["write_lat", "-a", "-n", "20", "-d", &dev, "--json"];
+    let json = perf(&args);
+    let results: Vec<&str> = json.split("\"MsgSize\"").skip(1).collect();
+    let sizes: Vec<u64> = results
+        .iter()
+        .map(|r| figure(&format!("\"MsgSize\"{r}"), "MsgSize") as u64)
+        .collect();
+    let every: Vec<u64> = (1..=23).map(|e| 1u64 << e).collect();
+    assert_eq!(sizes, every, "sizes of the sweep in {json}");
+    for r in results {
+        check_result(&args, r);
+    }
+}
+
+/// The warm-up says so in the report (and runs: `TESTS` has both tests
+/// that take it).
+#[test]
+fn the_warm_up_is_reported() {
+    let dev = device_name("perf --perform_warm_up");
+    let json = perf(&[
+        "write_bw",
+        "-n",
+        "200",
+        "--perform_warm_up",
+        "-d",
+        &dev,
+        "--json",
+    ]);
+    assert!(json.contains("\"warm_up\""), "no warm_up line in {json}");
+    let json = perf(&["write_bw", "-n", "200", "-d", &dev, "--json"]);
+    assert!(
+        !json.contains("\"warm_up\""),
+        "a warm_up line without the option: {json}"
+    );
 }
 
 /// Server and client as two processes on this host; both print the

@@ -1,8 +1,8 @@
 //! The benchmark's data path allocates nothing.
 //!
 //! This test includes `examples/perf/loops.rs` (the very loops `perf`
-//! measures), `side.rs` (the resources they run on) and `opts.rs` (the
-//! parameters perf derives from its command line) and runs every test
+//! measures), `side.rs` (the resources they run on), `opts.rs` and
+//! `params.rs` (the parameters perf derives from its command line) and runs every test
 //! of them, on both sides of a loopback pair, under a counting global
 //! allocator: after a warm-up run, a second run of
 //! thousands of post/poll cycles must make zero heap allocations, frees or
@@ -26,6 +26,9 @@ mod loops;
 #[path = "../examples/perf/opts.rs"]
 mod opts;
 #[allow(dead_code)]
+#[path = "../examples/perf/params.rs"]
+mod params;
+#[allow(dead_code)]
 #[path = "../examples/perf/side.rs"]
 mod side;
 
@@ -34,8 +37,8 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use loops::Params;
 use opts::Opts;
+use params::Params;
 use side::Side;
 use verbs::ProtectionDomain;
 

@@ -30,11 +30,12 @@
 
 use verbs::error::Site;
 use verbs::{
-    site, Access, ArenaBuf, CompletionRef, Error, ErrorKind, HostBuf, Local, MemoryRegion,
-    PreparedSend, Queue, QueuePair, SendOp, SendRequest, WcStatus,
+    site, ArenaBuf, CompletionRef, Error, ErrorKind, HostBuf, Local, MemoryRegion, PreparedSend,
+    Queue, QueuePair, SendOp, SendRequest, WcStatus,
 };
 
 use super::clock::ticks;
+use super::params::{Params, Test};
 use super::side::{Lane, Side};
 
 /// Most requests in one `post_send_chain` call.
@@ -44,138 +45,6 @@ pub use verbs::MAX_CHAIN;
 /// is noticed within microseconds of the limit, and the fast path never
 /// reads the clock.
 const STALL_CHECK_EVERY: u32 = 1 << 14;
-
-/// The seven tests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Test {
-    /// RDMA Write ping-pong.
-    WriteLat,
-    /// RDMA Read round trips.
-    ReadLat,
-    /// Send/receive ping-pong.
-    SendLat,
-    /// Fetch-and-add round trips.
-    AtomicLat,
-    /// RDMA Write stream.
-    WriteBw,
-    /// RDMA Read stream.
-    ReadBw,
-    /// Send stream into posted receives.
-    SendBw,
-}
-
-impl Test {
-    /// Every test, in perftest's order.
-    pub const ALL: [Test; 7] = [
-        Test::WriteLat,
-        Test::ReadLat,
-        Test::SendLat,
-        Test::AtomicLat,
-        Test::WriteBw,
-        Test::ReadBw,
-        Test::SendBw,
-    ];
-
-    /// The subcommand name (`write_lat`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Test::WriteLat => "write_lat",
-            Test::ReadLat => "read_lat",
-            Test::SendLat => "send_lat",
-            Test::AtomicLat => "atomic_lat",
-            Test::WriteBw => "write_bw",
-            Test::ReadBw => "read_bw",
-            Test::SendBw => "send_bw",
-        }
-    }
-
-    /// The test a subcommand names.
-    pub fn from_name(name: &str) -> Option<Test> {
-        Test::ALL.into_iter().find(|t| t.name() == name)
-    }
-
-    /// Latency (ping-pong or round trips) rather than bandwidth.
-    pub fn is_latency(self) -> bool {
-        matches!(
-            self,
-            Test::WriteLat | Test::ReadLat | Test::SendLat | Test::AtomicLat
-        )
-    }
-
-    /// Uses the peer's receive queue.
-    pub fn is_send(self) -> bool {
-        matches!(self, Test::SendLat | Test::SendBw)
-    }
-
-    /// May carry its data inline (Write and Send; Read and atomics fetch).
-    pub fn can_inline(self) -> bool {
-        matches!(
-            self,
-            Test::WriteLat | Test::SendLat | Test::WriteBw | Test::SendBw
-        )
-    }
-
-    /// Whether the passive side runs a loop too (else its CPU stays idle).
-    pub fn peer_is_active(self) -> bool {
-        matches!(self, Test::WriteLat | Test::SendLat | Test::SendBw)
-    }
-
-    /// What the peer may do to a side's inbox (least privilege).
-    pub fn remote_access(self) -> Access {
-        match self {
-            Test::WriteLat | Test::WriteBw => Access::REMOTE_WRITE,
-            Test::ReadLat | Test::ReadBw => Access::REMOTE_READ,
-            Test::AtomicLat => Access::REMOTE_ATOMIC,
-            Test::SendLat | Test::SendBw => Access::EMPTY,
-        }
-    }
-}
-
-/// The knobs of one measured run (one message size).
-#[derive(Clone, Copy, Debug)]
-pub struct Params {
-    /// Which loop.
-    pub test: Test,
-    /// Message size in bytes.
-    pub size: usize,
-    /// Iterations per QP.
-    pub iters: u64,
-    /// Requests in flight per QP (bandwidth tests).
-    pub tx_depth: u32,
-    /// Every `cq_mod`-th request per QP is signaled, and the last.
-    pub cq_mod: u32,
-    /// Requests per post call (one doorbell per call).
-    pub post_list: u32,
-    /// Largest size sent inline (0: never); at most what the device granted.
-    pub inline: usize,
-    /// Receives kept posted per QP (send tests).
-    pub rx_depth: u32,
-    /// This side starts the ping-pong / is the bandwidth sender.
-    pub initiator: bool,
-    /// One CPU spin-wait hint (`pause` on x86) per empty poll, as
-    /// `QueuePair::wait` does. Off: re-poll at once, perftest's loop.
-    pub spin_hint: bool,
-    /// Ticks without progress before a wait gives up (a dead peer).
-    pub stall: u64,
-}
-
-impl Params {
-    /// Requests carry their data inline (`SendRequest::inline`), the NIC
-    /// never reading their buffer: Write and Send up to the inline size,
-    /// one request per post call.
-    pub fn inline_path(&self) -> bool {
-        self.test.can_inline() && self.size <= self.inline && self.post_list <= 1
-    }
-
-    /// Requests come from one prepared request, its buffer carved once and
-    /// posted again and again: the latency tests' only request, and the
-    /// bandwidth sender's one source behind the whole window (perftest's
-    /// single buffer), unless it posts chains (each chained request owns
-    /// a buffer).
-    pub fn prepared_send(&self) -> bool {
-        self.test.is_latency() || (self.initiator && self.post_list <= 1)
-    }
-}
 
 /// Runs this side's part of test `p.test` (after [`Side::prepare`] on both sides).
 pub fn run(side: &mut Side, p: &Params) -> Result<(), Error> {
@@ -187,6 +56,29 @@ pub fn run(side: &mut Side, p: &Params) -> Result<(), Error> {
         // The target of one-sided requests: its CPU takes no part.
         _ => Ok(()),
     }
+}
+
+/// perftest's `--perform_warm_up`: before a size is measured, the
+/// initiator posts and completes one window per QP (`tx_depth` requests,
+/// or one post list with `-l`), so the first measured requests find the
+/// caches, the page tables and the peer warm; then prepares afresh (the
+/// timestamps start again). Nothing else warms up, as in perftest.
+pub fn warm_up(side: &mut Side, p: &Params) -> Result<(), Error> {
+    if !(p.warm_up && p.initiator) {
+        return Ok(());
+    }
+    let window = if p.post_list > 1 {
+        p.post_list
+    } else {
+        p.tx_depth
+    };
+    let w = Params {
+        iters: u64::from(window.max(1)),
+        ..*p
+    };
+    side.prepare(&w)?;
+    run(side, &w)?;
+    side.prepare(p)
 }
 
 /// Waiting without sleeping, with a limit on how long nothing happens.

@@ -8,15 +8,16 @@
 //! cargo run --release --example perf -- write_bw -a              # size sweep
 //! perf read_lat server            |  perf read_lat client HOST   # two hosts
 //! ```
-//! Modules: [`opts`] (command line and the parameters it implies),
-//! [`side`] (a side's queue pairs and memory) and [`loops`] (the measured
-//! loops; these three shared with `tests/rdma_zero_alloc.rs`), [`clock`]
-//! (timestamps), [`report`]
+//! Modules: [`opts`] (command line), [`params`] (the tests and what one
+//! size's run uses), [`side`] (a side's queue pairs and memory) and
+//! [`loops`] (the measured loops; these four shared with
+//! `tests/rdma_zero_alloc.rs`), [`clock`] (timestamps), [`report`]
 //! (figures and output), [`remote`] (two hosts), [`rdma_cm`] (`-R`).
 
 mod clock;
 mod loops;
 mod opts;
+mod params;
 mod rdma_cm;
 mod remote;
 mod report;
@@ -28,8 +29,8 @@ use std::time::Duration;
 use verbs::{Context, ProtectionDomain};
 
 use clock::Clock;
-use loops::{Params, Test};
 use opts::{Opts, Role};
+use params::{Params, Test};
 use report::Json;
 use side::Side;
 
@@ -93,6 +94,7 @@ fn loopback(opts: &Opts, clock: &Clock) -> Result<(), BoxError> {
         a.prepare(&pa)?;
         b.prepare(&pb)?;
         out.note_depth(&pa, a.depth());
+        loops::warm_up(&mut a, &pa)?;
         if opts.test.peer_is_active() {
             std::thread::scope(|s| {
                 let peer = s.spawn(|| loops::run(&mut b, &pb));
@@ -181,6 +183,10 @@ impl<'a> Output<'a> {
             ("wait", Json::Str(wait.into())),
             ("clock", Json::Str(clock.source())),
         ]);
+        if opts.warm_up {
+            let what = "one window per QP before each size (perftest's --perform_warm_up)";
+            info.push(("warm_up", Json::Str(what.into())));
+        }
         Ok(Output {
             opts,
             clock,

@@ -7,7 +7,8 @@ use std::time::Duration;
 use verbs::Mtu;
 
 use super::clock::Clock;
-use super::loops::{Params, Test, MAX_CHAIN};
+use super::loops::MAX_CHAIN;
+use super::params::{Params, Test};
 use super::side::{Setup, Side};
 
 /// A wait with no progress for this long means the peer is gone.
@@ -46,6 +47,11 @@ usage: perf TEST [OPTIONS] [server | client HOST]
       --buf-mem MIB       local buffer memory per side (default 64): each
                           request in flight owns a buffer, so large sizes
                           keep fewer in flight
+      --perform_warm_up   before measuring each size, post and complete one
+                          window per QP (tx_depth requests, the post list
+                          with -l): perftest's option, for write_bw and
+                          read_bw; off by default, and the latency tests
+                          never warm up, as in perftest
       --json              print one JSON object (perftest's --out_json keys)";
 
 /// Which side of a two-host run, or both in one process.
@@ -71,6 +77,7 @@ pub struct Opts {
     pub tcp_port: u16,
     pub size: Option<usize>,
     pub all: bool,
+    pub warm_up: bool,
     pub iters: Option<u64>,
     pub tx_depth: Option<u32>,
     pub rx_depth: u32,
@@ -109,6 +116,7 @@ impl Opts {
             tcp_port: 18515,
             size: None,
             all: false,
+            warm_up: false,
             iters: None,
             tx_depth: None,
             rx_depth: 512,
@@ -143,6 +151,7 @@ impl Opts {
                 "-p" | "--port" => o.tcp_port = num(name, &value()?)?,
                 "-s" | "--size" => o.size = Some(num(name, &value()?)?),
                 "-a" | "--all" => o.all = true,
+                "--perform_warm_up" => o.warm_up = true,
                 "-n" | "--iters" => o.iters = Some(num(name, &value()?)?),
                 "-t" | "--tx-depth" => o.tx_depth = Some(num(name, &value()?)?),
                 "-r" | "--rx-depth" => o.rx_depth = num(name, &value()?)?,
@@ -297,6 +306,7 @@ impl Opts {
             rx_depth: self.rx_depth,
             initiator,
             spin_hint: self.spin_hint,
+            warm_up: self.warm_up && matches!(self.test, Test::WriteBw | Test::ReadBw),
             stall: clock.ticks_in(STALL),
         }
     }
@@ -304,7 +314,7 @@ impl Opts {
     /// What both sides of a two-host run must agree on.
     pub fn fingerprint(&self) -> String {
         format!(
-            "perf/1 {} sizes={:?} iters={} tx={} rx={} inline={} cq={:?} list={} qps={} cm={}",
+            "perf/1 {} sizes={:?} iters={} tx={} rx={} inline={} cq={:?} list={} qps={} cm={} warm={}",
             self.test.name(),
             self.sizes(),
             self.iters(),
@@ -314,7 +324,8 @@ impl Opts {
             self.cq_mod,
             self.post_list,
             self.qps,
-            self.rdma_cm
+            self.rdma_cm,
+            self.warm_up
         )
     }
 }

@@ -71,6 +71,7 @@ pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxErro
         // Both sides prepared (receives posted, inboxes cleared) before
         // either starts.
         session.sync(Deadline::after(SETUP))?;
+        loops::warm_up(&mut side, &p)?;
         loops::run(&mut side, &p)?;
         session.sync(Deadline::after(RUN))?;
         if reports {

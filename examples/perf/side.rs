@@ -13,7 +13,8 @@ use verbs::{
     QpConfig, QueuePair, RecvRequest, RemoteRegion, RemoteSlice, SendRequest,
 };
 
-use super::loops::{operation, repost, Params, Test};
+use super::loops::{operation, repost};
+use super::params::{Params, Test};
 
 /// The queue pairs of `perf`: local buffers are carved from one arena.
 pub type Qp = QueuePair<ArenaBuf>;
