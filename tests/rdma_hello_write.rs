@@ -1,7 +1,8 @@
 //! End-to-end tests of `examples/hello_write.rs`: the example binary itself,
 //! run as a user would, in one process (loopback) and against an independent
 //! C implementation of the primer's programs (tests/fixtures/tutorial_peer.c)
-//! in both roles, over the primer's 36-byte wire format.
+//! in both roles, over the primer's 36-byte wire format, and as a server
+//! that keeps serving after hostile clients.
 //!
 //! The example binary is the one `cargo test` (without a target filter) or
 //! `cargo build --example hello_write` leaves in `target/<profile>/examples`;
@@ -10,8 +11,8 @@
 
 mod support;
 
-use std::io::Read;
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
@@ -350,4 +351,99 @@ fn c_client_against_our_server() {
         require_line(what, server, needles, &outcomes);
     }
     require_line(what, client, READ_BACK, &outcomes);
+}
+
+/// Connects to the server's port, retrying until it listens.
+fn connect_when_listening(port: &str, server: &mut Running) -> TcpStream {
+    let until = Instant::now() + CHILD_LIMIT;
+    loop {
+        if let Ok(s) = TcpStream::connect(format!("127.0.0.1:{port}")) {
+            return s;
+        }
+        assert!(!server.exited(), "the server exited before it listened");
+        assert!(Instant::now() < until, "the server never listened");
+        std::thread::sleep(POLL);
+    }
+}
+
+/// `hello_write server` (both wires) keeps serving: a port scan, garbage,
+/// a health check and a client that connects and says nothing are
+/// dropped, and two real clients after them (the first while
+/// the silent one still holds its connection) write into its memory and
+/// read back; the server is still running at the end.
+#[test]
+fn our_server_survives_probes_and_serves_the_next_client() {
+    let (dev, _) = device_and_gid("hello_write server under probes");
+    let example = support::example("hello_write");
+    for wire in [&[][..], &["--wire", "tutorial"][..]] {
+        let port = free_port().to_string();
+        let what = format!("hello_write server {wire:?} under probes");
+        let mut server = Running::spawn(
+            "hello_write server",
+            Command::new(&example)
+                .args(["server", "--port", &port, "--dev", &dev])
+                .args(wire),
+        );
+        // A port scan: connect, close.
+        drop(connect_when_listening(&port, &mut server));
+        // Garbage, then a health check.
+        for probe in [&[0xffu8; 64][..], b"GET /health HTTP/1.0\r\n\r\n"] {
+            let mut s = connect_when_listening(&port, &mut server);
+            let _ = s.write_all(probe);
+            let _ = s.shutdown(Shutdown::Write);
+            let mut sink = Vec::new();
+            let _ = s.read_to_end(&mut sink);
+        }
+        // Silent, held open while the real clients run.
+        let silent = connect_when_listening(&port, &mut server);
+        let mut outcomes = Vec::new();
+        for i in 0..2 {
+            let client = Running::spawn(
+                &format!("hello_write client {i}"),
+                Command::new(&example)
+                    .args(["client", "127.0.0.1", "--port", &port, "--dev", &dev])
+                    .args(wire),
+            );
+            outcomes.extend(finish(vec![client]));
+        }
+        drop(silent);
+        assert!(!server.exited(), "{what}: the server exited");
+        server.stop("the test is done with it");
+        outcomes.push(server.outcome());
+        let all: String = outcomes.iter().map(|o| o.to_string()).collect();
+        for client in &outcomes[..2] {
+            assert!(client.ok(), "{what}: {} failed\n{all}", client.name);
+            require_line(&what, client, READ_BACK, &outcomes);
+        }
+        // The probes dropped with a line, and each client's message seen
+        // in the server's memory (the second client's story may still be
+        // running when the server is stopped).
+        let server = &outcomes[2].stdout;
+        let dropped = server
+            .lines()
+            .filter(|l| {
+                l.starts_with("[server] dropped ")
+                    || (l.ends_with("; serving the next client") && !l.contains(": done;"))
+            })
+            .count();
+        // At least the garbage and the health check (a port scan and a
+        // silent client may still be pending, or end without a line).
+        assert!(dropped >= 2, "{what}: probes dropped\n{all}");
+        for client in &outcomes[..2] {
+            let pid = client
+                .stdout
+                .split("client at PID ")
+                .nth(1)
+                .and_then(|r| r.split('!').next());
+            let pid = pid.unwrap_or_else(|| panic!("{what}: no PID in {}\n{all}", client.name));
+            let seen = format!("Hello, RDMA from client at PID {pid}!");
+            assert!(
+                server
+                    .lines()
+                    .any(|l| l.starts_with("[server] t=") && l.contains(&seen)),
+                "{what}: the server never saw {}'s message\n{all}",
+                client.name
+            );
+        }
+    }
 }
