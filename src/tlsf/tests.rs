@@ -10,6 +10,16 @@ fn cfg(granule: u64, max_blocks: u32) -> TlsfConfig {
         .with_max_blocks(max_blocks)
 }
 
+/// The default configuration, with fewer block slots under Miri (which
+/// runs the invariant checks' walks thousands of times slower).
+fn defaults() -> TlsfConfig {
+    if cfg!(miri) {
+        TlsfConfig::default().with_max_blocks(1024)
+    } else {
+        TlsfConfig::default()
+    }
+}
+
 fn checked(t: &Tlsf) {
     if let Err(e) = t.check_invariants() {
         panic!("invariant violated: {e}; {t:?}");
@@ -52,7 +62,7 @@ fn capacity_rounds_down_to_granule() {
 
 #[test]
 fn rejects_bad_requests() {
-    let mut t = Tlsf::new(4096, TlsfConfig::default()).unwrap();
+    let mut t = Tlsf::new(4096, defaults()).unwrap();
     assert_eq!(t.alloc(0, 64), Err(TlsfError::ZeroSize));
     assert_eq!(t.alloc(64, 0), Err(TlsfError::BadAlignment { align: 0 }));
     assert_eq!(t.alloc(64, 24), Err(TlsfError::BadAlignment { align: 24 }));
@@ -76,7 +86,7 @@ fn rejects_bad_requests() {
 
 #[test]
 fn alloc_free_roundtrip_and_stats() {
-    let mut t = Tlsf::new(1 << 20, TlsfConfig::default()).unwrap();
+    let mut t = Tlsf::new(1 << 20, defaults()).unwrap();
     let a = t.alloc(100, 8).unwrap();
     assert_eq!((a.offset, a.len), (0, 100));
     let b = t.alloc(64, 64).unwrap();
@@ -186,7 +196,7 @@ fn double_free_and_stale_handles_are_errors() {
 
 #[test]
 fn large_alignment_splits_front_padding() {
-    let mut t = Tlsf::new(1 << 16, TlsfConfig::default()).unwrap();
+    let mut t = Tlsf::new(1 << 16, defaults()).unwrap();
     let a = t.alloc(64, 64).unwrap();
     let b = t.alloc(100, 4096).unwrap();
     assert_eq!(b.offset, 4096);
@@ -288,10 +298,20 @@ fn bin_lower((fl, sl): (usize, usize)) -> u64 {
     }
 }
 
+/// `small` under Miri (which runs these loops thousands of times slower),
+/// `full` otherwise.
+fn miri_or(small: u64, full: u64) -> u64 {
+    if cfg!(miri) {
+        small
+    } else {
+        full
+    }
+}
+
 #[test]
 fn bins_cover_sizes_and_search_rounds_up() {
     let mut last = (0, 0);
-    for u in 1..100_000u64 {
+    for u in 1..miri_or(3_000, 100_000) {
         let bin = bin_of(u);
         assert!(bin >= last, "bins are monotonic in size");
         last = bin;
@@ -337,7 +357,7 @@ fn byte_granule_and_huge_capacity() {
 fn generations_distinguish_reuse() {
     let mut t = Tlsf::new(4096, cfg(64, 2)).unwrap();
     let mut seen = Vec::new();
-    for _ in 0..1000 {
+    for _ in 0..miri_or(100, 1000) {
         let a = t.alloc(4096, 64).unwrap();
         assert!(!seen.contains(&a.handle));
         seen.push(a.handle);
@@ -371,13 +391,13 @@ fn errors_display() {
 #[cfg(feature = "std")]
 #[test]
 fn shared_across_threads() {
-    let shared = std::sync::Arc::new(SharedTlsf::new(1 << 24, TlsfConfig::default()).unwrap());
+    let shared = std::sync::Arc::new(SharedTlsf::new(1 << 24, defaults()).unwrap());
     let threads: Vec<_> = (0..4u64)
         .map(|k| {
             let shared = std::sync::Arc::clone(&shared);
             std::thread::spawn(move || {
                 let mut mine = Vec::new();
-                for i in 0..2000u64 {
+                for i in 0..miri_or(200, 2000) {
                     mine.push(shared.alloc(64 + (i * 7 + k) % 5000, 8 << (i % 6)).unwrap());
                     if i % 3 == 0 {
                         let a = mine.swap_remove((i as usize * 13) % mine.len());
@@ -396,7 +416,7 @@ fn shared_across_threads() {
     shared.check_invariants().unwrap();
     let s = shared.stats();
     assert_eq!((s.in_use, s.alloc_count, s.free_blocks), (0, 0, 1));
-    assert_eq!(s.total_allocs, 8000);
+    assert_eq!(s.total_allocs, 4 * miri_or(200, 2000));
     let t = std::sync::Arc::into_inner(shared).unwrap().into_inner();
     checked(&t);
 }
