@@ -8,15 +8,14 @@
 use alloc::format;
 
 use crate::engine::core::Engine;
-use crate::engine::qp_slot::{QpId, QpInfo, QpState};
+use crate::engine::qp_slot::QpId;
 use crate::engine::srq::SrqSlots;
 use crate::error::{Error, ErrorKind};
 use crate::memory::NicBuf;
 use crate::sgl::Local;
-use crate::sys;
 use crate::wr::{RecvRequest, RemoteSlice, SendOp, SendRequest};
 
-use super::stub::Stub;
+use super::stub::{one_qp, Stub};
 
 /// A registered buffer of any length, backed by nothing: nothing here
 /// reaches its bytes (the posts under test must be refused first).
@@ -51,18 +50,7 @@ fn span(len: usize) -> Span {
 fn new_engine(shared: bool) -> (Engine<Span, Stub>, QpId) {
     let srq = shared.then(|| SrqSlots::new((), 8, 1));
     let mut engine = Engine::assemble(Stub::new(0x22), (), 64, None, srq, false);
-    let caps = sys::ibv_qp_cap {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let qp = engine
-        .place((), 0x22, 8, 8, caps, QpInfo::default())
-        .map_err(|(e, _)| e)
-        .unwrap();
-    engine.mark_state(qp, QpState::RTS).unwrap();
+    let qp = one_qp(&mut engine, 0x22, 8);
     (engine, qp)
 }
 

@@ -12,14 +12,14 @@
 use crate::engine::config::Queue;
 use crate::engine::core::Engine;
 use crate::engine::prepared_table::{PreparedRecv, PreparedSend};
-use crate::engine::qp_slot::{QpId, QpInfo, QpState};
+use crate::engine::qp_slot::QpId;
 use crate::error::Error;
 use crate::sgl::Local;
 use crate::sys::{self, Zeroed};
 use crate::wr::{RecvRequest, SendOp, SendRequest};
 
 use super::device::SimBuf;
-use super::stub::Stub;
+use super::stub::{one_qp, Stub};
 
 struct Bench {
     engine: Engine<SimBuf, Stub>,
@@ -58,18 +58,7 @@ fn window_send(b: &mut Bench) -> Result<(), Error> {
 
 fn bench() -> (Bench, QpId) {
     let mut engine = Engine::assemble(Stub::new(0x111), (), 64, Some(((), 64)), None, false);
-    let caps = sys::ibv_qp_cap {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let qp = engine
-        .place((), 0x111, 16, 16, caps, QpInfo::default())
-        .map_err(|(e, _)| e)
-        .unwrap();
-    engine.mark_state(qp, QpState::RTS).unwrap();
+    let qp = one_qp(&mut engine, 0x111, 16);
     let buf = |id| Local::whole(SimBuf { id });
     let recv = engine
         .prepare_recv(qp, RecvRequest::new(buf(1 << 40)))
