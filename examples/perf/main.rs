@@ -34,9 +34,6 @@ use params::{Params, Test};
 use report::Json;
 use side::Side;
 
-/// Time for the peer to show up and for connection set-up.
-const SETUP: Duration = Duration::from_secs(120);
-
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 fn main() -> ExitCode {

@@ -52,6 +52,10 @@ usage: perf TEST [OPTIONS] [server | client HOST]
                           with -l): perftest's option, for write_bw and
                           read_bw; off by default, and the latency tests
                           never warm up, as in perftest
+      --setup-timeout SECS
+                          how long to wait for the peer and for connection
+                          set-up (default 120; a side under valgrind needs
+                          more)
       --json              print one JSON object (perftest's --out_json keys)";
 
 /// Which side of a two-host run, or both in one process.
@@ -87,6 +91,8 @@ pub struct Opts {
     pub qps: usize,
     pub spin_hint: bool,
     pub buf_mem_mib: usize,
+    /// How long to wait for the peer and for connection set-up.
+    pub setup_timeout: Duration,
     pub json: bool,
     pub rdma_cm: bool,
 }
@@ -126,6 +132,7 @@ impl Opts {
             qps: 1,
             spin_hint: false,
             buf_mem_mib: 64,
+            setup_timeout: Duration::from_secs(120),
             json: false,
             rdma_cm: false,
         };
@@ -161,6 +168,9 @@ impl Opts {
                 "-q" | "--qp" => o.qps = num(name, &value()?)?,
                 "--spin-hint" => o.spin_hint = true,
                 "--buf-mem" => o.buf_mem_mib = num(name, &value()?)?,
+                "--setup-timeout" => {
+                    o.setup_timeout = Duration::from_secs(num(name, &value()?)?);
+                }
                 "--json" => o.json = true,
                 "-R" | "--rdma_cm" => o.rdma_cm = true,
                 "-h" | "--help" => return Err(String::new()),

@@ -20,7 +20,7 @@ mod with_cm {
 
     use super::super::opts::Opts;
     use super::super::side::{qp_config, Link, Setup, Side};
-    use super::super::{BoxError, SETUP};
+    use super::super::BoxError;
 
     /// A bound rdma_cm listener (bound before the peer is told to connect).
     pub struct Listener(CmListener);
@@ -34,7 +34,7 @@ mod with_cm {
 
         /// Accepts `setup.qps` connections into one side.
         pub fn accept(&self, opts: &Opts, setup: &Setup) -> Result<Side, BoxError> {
-            accept_side(&self.0, opts, setup, Deadline::after(SETUP))
+            accept_side(&self.0, opts, setup, Deadline::after(opts.setup_timeout))
         }
     }
 
@@ -45,7 +45,7 @@ mod with_cm {
             .map_err(|e| format!("-R: resolving {host}: {e}"))?
             .find(SocketAddr::is_ipv4)
             .ok_or_else(|| format!("-R: {host} has no IPv4 address"))?;
-        connect_side(addr, opts, setup, Deadline::after(SETUP))
+        connect_side(addr, opts, setup, Deadline::after(opts.setup_timeout))
     }
 
     /// Both sides in this process: a listener on the device's own IPv4
@@ -59,7 +59,7 @@ mod with_cm {
         drop(ctx);
         let addr = SocketAddr::new(Ipv4Addr::from(ip).into(), opts.tcp_port);
         let listener = CmListener::bind(addr)?;
-        let deadline = Deadline::after(SETUP);
+        let deadline = Deadline::after(opts.setup_timeout);
         std::thread::scope(|s| {
             let server = s
                 .spawn(|| accept_side(&listener, opts, setup, deadline).map_err(|e| e.to_string()));

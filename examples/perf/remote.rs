@@ -16,7 +16,7 @@ use super::clock::Clock;
 use super::loops;
 use super::opts::Opts;
 use super::side::Side;
-use super::{open, rdma_cm, BoxError, Output, SETUP};
+use super::{open, rdma_cm, BoxError, Output};
 
 /// Time one size's run may take end to end (the barrier after it).
 const RUN: Duration = Duration::from_secs(3600);
@@ -24,7 +24,7 @@ const RUN: Duration = Duration::from_secs(3600);
 /// Runs this side; `host` is the server's address for a client.
 pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxError> {
     let setup = opts.setup()?;
-    let deadline = Deadline::after(SETUP);
+    let deadline = Deadline::after(opts.setup_timeout);
     // Listening before the client learns (from the TCP handshake) to connect.
     let cm_listener = match (opts.rdma_cm, host) {
         (true, None) => Some(rdma_cm::Listener::bind(opts)?),
@@ -70,7 +70,7 @@ pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxErro
         out.note_depth(&p, side.depth());
         // Both sides prepared (receives posted, inboxes cleared) before
         // either starts.
-        session.sync(Deadline::after(SETUP))?;
+        session.sync(Deadline::after(opts.setup_timeout))?;
         loops::warm_up(&mut side, &p)?;
         loops::run(&mut side, &p)?;
         session.sync(Deadline::after(RUN))?;
