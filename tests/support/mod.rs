@@ -153,6 +153,13 @@ fn refuse_stale(bin: &Path) {
 /// Runs `cmd`, shows its output (visible with --nocapture or on failure),
 /// and returns whether it succeeded and its stdout.
 pub fn run(cmd: &mut Command) -> (bool, String) {
+    let (status, stdout) = run_shown(cmd);
+    (status.success(), stdout)
+}
+
+/// Runs `cmd`, prints the command, its output and its status; returns the
+/// status and stdout.
+fn run_shown(cmd: &mut Command) -> (std::process::ExitStatus, String) {
     let out = cmd
         .output()
         .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
@@ -162,7 +169,7 @@ pub fn run(cmd: &mut Command) -> (bool, String) {
         String::from_utf8_lossy(&out.stderr)
     );
     println!("-> {}", out.status);
-    (out.status.success(), stdout)
+    (out.status, stdout)
 }
 
 /// The hop limit Linux gives a RoCE connection through `gid`: resolving the
@@ -183,16 +190,8 @@ pub fn route_hop_limit(gid: &verbs::GidEntry) -> u8 {
 
 /// As [`run`], with the exit code (`None` when a signal ended it).
 pub fn run_with_code(cmd: &mut Command) -> (Option<i32>, String) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    println!(
-        "$ {cmd:?}\n{stdout}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    println!("-> {}", out.status);
-    (out.status.code(), stdout)
+    let (status, stdout) = run_shown(cmd);
+    (status.code(), stdout)
 }
 
 /// True inside the Soft-RoCE guest, whose network a test may change (a
