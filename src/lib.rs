@@ -49,6 +49,8 @@ pub mod qp;
 pub mod cm;
 #[cfg(feature = "std")]
 pub mod exchange;
+#[cfg(feature = "std")]
+pub mod transfer;
 
 pub use device::{devices, AsyncEvent, Context, DeviceInfo, GidEntry};
 pub use endpoint::{Endpoint, Mtu, RemoteRegion};

@@ -1,0 +1,219 @@
+//! Detect fast, route around, bring back: the watchdog and the port
+//! events that fail a path, the reset that hands its chunks back to the
+//! queue, and the reconnect and probe that re-admit it. Also the step
+//! that ties posting, polling and these together.
+
+use std::time::{Duration, Instant};
+
+use crate::device::PortState;
+use crate::endpoint::Endpoint;
+use crate::error::{Error, ErrorKind};
+use crate::memory::NicBuf;
+use crate::site;
+use crate::sys::ibv_event_type as Event;
+use crate::time::Deadline;
+use crate::wr::{RemoteSlice, SendOp, SendRequest};
+
+use super::config::{PeerControl, Plane};
+use super::path::{FailCause, PathState};
+use super::spray::{probe_tag, settle, Step, Transfer};
+
+/// How often the planes' asynchronous events are read (a system call each).
+const EVENT_CHECK: Duration = Duration::from_millis(10);
+
+/// Longest a reset waits for the device's flushes before taking back
+/// what is left itself.
+const RESET_SETTLE: Duration = Duration::from_millis(500);
+
+impl<B: NicBuf> Transfer<B> {
+    /// One round: posts waiting chunks on the paths that are up, polls
+    /// every plane once, then fails stalled paths (and those on a plane
+    /// that reported `PORT_ERR`), resets failed paths (their chunks wait
+    /// again) and probes those due. `control` asks the peer to reconnect
+    /// its end of a path being re-admitted.
+    pub fn step(&mut self, control: &mut impl PeerControl) -> Result<Step, Error> {
+        let now = Instant::now();
+        let mut events = self.post(now);
+        events += self.poll(now)?;
+        if self.config.port_events && now.duration_since(self.last_event_check) >= EVENT_CHECK {
+            self.last_event_check = now;
+            self.read_port_events(now)?;
+        }
+        let watchdog = self.bound.watchdog;
+        for path in &mut self.paths {
+            if path.stalled(now, watchdog) {
+                path.fail(FailCause::Stalled);
+            }
+            path.update_rate(now);
+        }
+        self.reset_failed(now)?;
+        if self.config.readmit {
+            self.probe_due(now, control)?;
+        }
+        let done = self.chunks.all_done();
+        if done && self.finished.is_none() {
+            self.finished = Some(now);
+        }
+        Ok(Step { events, done })
+    }
+
+    /// Steps until every chunk is done, calling `on_tick` about every
+    /// `tick`, sleeping `idle` after a step that did nothing (zero: spin),
+    /// and failing when `deadline` passes first.
+    pub fn run(
+        &mut self,
+        control: &mut impl PeerControl,
+        deadline: Deadline,
+        idle: Duration,
+        tick: Duration,
+        mut on_tick: impl FnMut(&Transfer<B>),
+    ) -> Result<(), Error> {
+        let mut last_tick = Instant::now();
+        loop {
+            let step = self.step(control)?;
+            if last_tick.elapsed() >= tick || step.done {
+                last_tick = Instant::now();
+                on_tick(self);
+            }
+            if step.done {
+                return Ok(());
+            }
+            if deadline.passed() {
+                return Err(Error::new(
+                    site!(
+                        "Transfer::run",
+                        "the deadline passed before every chunk was done",
+                        "are any paths up? Transfer::paths shows each one's state and last cause"
+                    ),
+                    ErrorKind::TimedOut,
+                ));
+            }
+            if step.events == 0 && !idle.is_zero() {
+                std::thread::sleep(idle);
+            }
+        }
+    }
+
+    /// Reads every plane's pending asynchronous events: `PORT_ERR` fails
+    /// the plane's paths at once (no need to wait for the retry timer);
+    /// `PORT_ACTIVE` makes its failed paths due for a probe.
+    fn read_port_events(&mut self, now: Instant) -> Result<(), Error> {
+        for p in 0..self.planes.len() {
+            while let Some(ev) = self.planes[p].engine.context().next_async_event(0)? {
+                let plane = p as u16;
+                if ev.event_type == Event::PORT_ERR {
+                    self.port_err_at[p] = Some(now);
+                    for path in self.paths.iter_mut().filter(|x| x.stats.plane == plane) {
+                        path.fail(FailCause::PortError);
+                    }
+                } else if ev.event_type == Event::PORT_ACTIVE {
+                    self.port_active_at[p] = Some(now);
+                    for path in self.paths.iter_mut().filter(|x| x.stats.plane == plane) {
+                        path.next_probe = now;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Resets every path marked failing: ERR flushes what it held (each
+    /// chunk waits again, its buffer back in its slot), RESET and INIT make
+    /// it ready to reconnect with the same QPN. It is then down until its
+    /// next probe.
+    fn reset_failed(&mut self, now: Instant) -> Result<(), Error> {
+        for index in 0..self.paths.len() {
+            if !self.paths[index].failing {
+                continue;
+            }
+            let (plane, qp) = {
+                let s = &self.paths[index].stats;
+                (s.plane, s.qp)
+            };
+            let config = &self.config;
+            let Plane { engine, bufs, .. } = &mut self.planes[usize::from(plane)];
+            let (chunks, paths) = (&mut self.chunks, &mut self.paths);
+            let reset = engine.reset(qp, Deadline::after(RESET_SETTLE), |c| {
+                // Other paths of this engine complete meanwhile: same rules.
+                let from = c.qp().and_then(|q| paths.iter().find(|p| p.stats.qp == q));
+                let from_plane = from.map_or(plane, |p| p.stats.plane);
+                settle(c, from_plane, config, bufs, chunks, paths, now)
+            });
+            let path = &mut self.paths[index];
+            if reset.is_err() {
+                // Its buffers stay with the queue pair; its chunks go out
+                // on other planes (their buffers here are gone).
+                for c in 0..self.chunks.len() {
+                    self.chunks.lost(c, index as u16);
+                }
+                path.next_probe = now + self.config.probe_backoff_max;
+            }
+            if path.stats.state == PathState::Probing {
+                path.stats.failed_probes += 1;
+            } else {
+                path.stats.failures += 1;
+                path.failed_at = Some(now);
+                self.first_failure.get_or_insert(now);
+            }
+            path.failing = false;
+            path.stats.state = PathState::Down;
+            path.stats.in_flight = 0;
+            path.stats.rate = 0.0;
+            path.backoff = if path.backoff.is_zero() {
+                self.config.probe_backoff
+            } else {
+                (path.backoff * 2).min(self.config.probe_backoff_max)
+            };
+            path.next_probe = path.next_probe.max(now + path.backoff);
+        }
+        Ok(())
+    }
+
+    /// Probes every down path whose time has come and whose port is
+    /// active: the peer resets and reconnects its end, this end connects
+    /// to the peer's new endpoint, and a zero-length RDMA Write (no
+    /// buffer, no bytes touched) crosses the path. Its success re-admits
+    /// the path (in `settle`); its failure or silence fails it again.
+    fn probe_due(&mut self, now: Instant, control: &mut impl PeerControl) -> Result<(), Error> {
+        for index in 0..self.paths.len() {
+            let path = &self.paths[index];
+            if path.stats.state != PathState::Down || now < path.next_probe {
+                continue;
+            }
+            let (plane, qp) = (usize::from(path.stats.plane), path.stats.qp);
+            let port = self.planes[plane].port;
+            let active = self.planes[plane]
+                .engine
+                .context()
+                .query_port(port)
+                .is_ok_and(|a| a.state() == PortState::ACTIVE);
+            let peer = if active {
+                let ours: Endpoint = self.planes[plane].engine.endpoint(qp)?;
+                control.reconnect(index, &ours)
+            } else {
+                None
+            };
+            let path = &mut self.paths[index];
+            let Some(peer) = peer else {
+                // The port is down or the peer could not answer: later.
+                path.stats.failed_probes += u32::from(active);
+                path.backoff = (path.backoff * 2).min(self.config.probe_backoff_max);
+                path.next_probe = now + path.backoff;
+                continue;
+            };
+            let options = self.config.paths.connect_options(index);
+            let plane = &mut self.planes[plane];
+            let probe = RemoteSlice::new(&plane.remote, 0, 0).and_then(|target| {
+                plane.engine.connect_with(qp, &peer, &options)?;
+                let req = SendRequest::empty(SendOp::Write(target)).tag(probe_tag(index));
+                plane.engine.post_send(qp, req).map_err(|e| e.error)
+            });
+            path.stats.state = PathState::Probing;
+            path.last_progress = now;
+            if probe.is_err() {
+                path.fail(FailCause::Reconnect);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,377 @@
+//! The transfer itself: chunks sprayed over every path that is up, each
+//! completion settled against its chunk, failed paths' chunks queued
+//! again. The post and poll path allocates nothing: the chunk table, the
+//! paths and every buffer slot were sized in [`Transfer::new`].
+
+use alloc::vec::Vec;
+use std::time::{Duration, Instant};
+
+use crate::engine::{CompletionRef, QpId};
+use crate::error::{Error, ErrorKind};
+use crate::memory::NicBuf;
+use crate::sgl::Local;
+use crate::site;
+use crate::sys::ibv_wc_status as WcStatus;
+use crate::wr::{RemoteSlice, SendOp, SendRequest};
+
+use super::bound::DetectionBound;
+use super::chunks::ChunkTable;
+use super::config::{Plane, TransferConfig, TransferOp};
+use super::path::{FailCause, Path, PathState, PathStats};
+
+/// A tag's bit marking a probe (no chunk, no buffer).
+pub(crate) const PROBE: u64 = 1 << 63;
+
+/// The work request tag of chunk `chunk` on `path`.
+fn chunk_tag(path: usize, chunk: usize) -> u64 {
+    ((path as u64) << 32) | chunk as u64
+}
+
+/// The tag of `path`'s probe.
+pub(crate) fn probe_tag(path: usize) -> u64 {
+    PROBE | ((path as u64) << 32)
+}
+
+/// What one step did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Step {
+    /// Completions settled (and chunks posted) in this step.
+    pub events: usize,
+    /// Every chunk is done.
+    pub done: bool,
+}
+
+/// The whole transfer at a glance.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Progress {
+    /// Bytes of completed chunks.
+    pub bytes: u64,
+    /// Bytes in all.
+    pub total: u64,
+    /// Chunks completed, and in all.
+    pub chunks_done: usize,
+    /// Chunks in all.
+    pub chunks: usize,
+    /// Since [`Transfer::new`].
+    pub elapsed: Duration,
+    /// Bytes per second, summed over the paths' rate windows.
+    pub rate: f64,
+    /// Bytes posted again after their path failed.
+    pub resent_bytes: u64,
+    /// Paths up now, and in all.
+    pub paths_up: usize,
+    /// Paths in all.
+    pub paths: usize,
+}
+
+/// One logical transfer sprayed over several paths. See the module docs.
+pub struct Transfer<B: NicBuf> {
+    pub(crate) config: TransferConfig,
+    pub(crate) planes: Vec<Plane<B>>,
+    pub(crate) paths: Vec<Path>,
+    pub(crate) chunks: ChunkTable,
+    pub(crate) bound: DetectionBound,
+    pub(crate) started: Instant,
+    pub(crate) finished: Option<Instant>,
+    pub(crate) resent_bytes: u64,
+    /// When each plane last saw `PORT_ERR`, and `PORT_ACTIVE`.
+    pub(crate) port_err_at: Vec<Option<Instant>>,
+    pub(crate) port_active_at: Vec<Option<Instant>>,
+    pub(crate) first_failure: Option<Instant>,
+    pub(crate) last_event_check: Instant,
+}
+
+impl<B: NicBuf> Transfer<B> {
+    /// A transfer over `paths`, each a queue pair of `planes[plane]`'s
+    /// engine, already connected with
+    /// `config.paths.connect_options(index)`. Checks the buffers, regions
+    /// and queue depths before anything is posted.
+    pub fn new(
+        planes: Vec<Plane<B>>,
+        paths: &[(u16, QpId)],
+        config: TransferConfig,
+    ) -> Result<Transfer<B>, Error> {
+        config.paths.retry.validate()?;
+        let count = config.chunks();
+        if config.chunk_len == 0 || config.depth == 0 || paths.is_empty() {
+            return Err(Error::invalid(site!(
+                "Transfer::new",
+                "chunk_len, depth and the path list must not be empty"
+            )));
+        }
+        if paths.len() > usize::from(u16::MAX) || count > u32::MAX as usize {
+            return Err(Error::invalid(site!(
+                "Transfer::new",
+                "at most 65535 paths and 2^32 chunks"
+            )));
+        }
+        for plane in &planes {
+            if plane.bufs.len() != count || plane.remote.len < config.len {
+                return Err(Error::invalid(site!(
+                    "Transfer::new",
+                    "every plane needs one buffer per chunk and a remote region of len bytes"
+                )));
+            }
+            for (c, buf) in plane.bufs.iter().enumerate() {
+                if buf
+                    .as_ref()
+                    .is_none_or(|b| (b.len() as u64) < config.chunk_range(c).1)
+                {
+                    return Err(Error::invalid(site!(
+                        "Transfer::new",
+                        "a chunk buffer is missing or shorter than its chunk"
+                    )));
+                }
+            }
+        }
+        let now = Instant::now();
+        let mut built = Vec::with_capacity(paths.len());
+        for (i, &(plane, qp)) in paths.iter().enumerate() {
+            let engine = &planes
+                .get(usize::from(plane))
+                .ok_or(Error::invalid(site!(
+                    "Transfer::new",
+                    "a path names no plane"
+                )))?
+                .engine;
+            // The chunks in flight and the probe must fit the send queue.
+            if engine.caps(qp)?.max_send_wr <= config.depth {
+                return Err(Error::new(
+                    site!(
+                        "Transfer::new",
+                        "a path's send queue holds no more than depth requests",
+                        "QpConfig::max_send_wr above TransferConfig::depth"
+                    ),
+                    ErrorKind::QueueFull,
+                ));
+            }
+            built.push(Path::new(plane, qp, config.paths.flow_label(i), now));
+        }
+        let n = planes.len();
+        Ok(Transfer {
+            config,
+            planes,
+            paths: built,
+            chunks: ChunkTable::new(count),
+            bound: config.paths.retry.bound(),
+            started: now,
+            finished: None,
+            resent_bytes: 0,
+            port_err_at: alloc::vec![None; n],
+            port_active_at: alloc::vec![None; n],
+            first_failure: None,
+            last_event_check: now,
+        })
+    }
+
+    /// Posts chunks on every path that is up, one per path in turn, until
+    /// the paths are full or no chunk waits. Returns how many were posted.
+    pub(crate) fn post(&mut self, now: Instant) -> usize {
+        let mut posted = 0;
+        loop {
+            let before = posted;
+            for index in 0..self.paths.len() {
+                if self.chunks.waiting() == 0 {
+                    return posted;
+                }
+                if self.post_one(index, now) {
+                    posted += 1;
+                }
+            }
+            if posted == before {
+                return posted;
+            }
+        }
+    }
+
+    /// Posts the next waiting chunk on path `index`, if it is up with room.
+    fn post_one(&mut self, index: usize, now: Instant) -> bool {
+        let config = &self.config;
+        let path = &mut self.paths[index];
+        if path.stats.state != PathState::Up || path.failing || path.stats.in_flight >= config.depth
+        {
+            return false;
+        }
+        let Some(c) = self.chunks.next_waiting() else {
+            return false;
+        };
+        let plane = &mut self.planes[usize::from(path.stats.plane)];
+        let Some(buf) = plane.bufs[c].take() else {
+            // Lost with a queue pair whose reset failed: other planes carry it.
+            self.chunks.put_back(c);
+            return false;
+        };
+        let (offset, len) = config.chunk_range(c);
+        let remote = match RemoteSlice::new(&plane.remote, offset, len) {
+            Ok(r) => r,
+            Err(_) => unreachable_checked_range(),
+        };
+        let local = match Local::range(buf, 0, len as usize) {
+            Ok(l) => l,
+            Err((_, buf)) => {
+                plane.bufs[c] = Some(buf);
+                self.chunks.put_back(c);
+                return false;
+            }
+        };
+        let op = match config.op {
+            TransferOp::Write => SendOp::Write(remote),
+            TransferOp::Read => SendOp::Read(remote),
+        };
+        let req = SendRequest::new(op, local).tag(chunk_tag(index, c));
+        match plane.engine.post_send(path.stats.qp, req) {
+            Ok(()) => {
+                if path.stats.in_flight == 0 {
+                    // The watchdog counts from the first post into an idle path.
+                    path.last_progress = now;
+                }
+                path.stats.in_flight += 1;
+                if self.chunks.posted(c, index as u16) {
+                    path.stats.resent_chunks += 1;
+                    self.resent_bytes += len;
+                }
+                true
+            }
+            Err(e) => {
+                plane.bufs[c] = e.request.into_bufs().next();
+                self.chunks.put_back(c);
+                path.fail(FailCause::PostRefused);
+                false
+            }
+        }
+    }
+
+    /// Polls every plane's engine once; returns the completions settled.
+    pub(crate) fn poll(&mut self, now: Instant) -> Result<usize, Error> {
+        let mut settled = 0;
+        let config = &self.config;
+        for (p, plane) in self.planes.iter_mut().enumerate() {
+            let Plane { engine, bufs, .. } = plane;
+            let (chunks, paths) = (&mut self.chunks, &mut self.paths);
+            settled += engine.poll(|c| settle(c, p as u16, config, bufs, chunks, paths, now))?;
+        }
+        Ok(settled)
+    }
+
+    /// The detection bound the paths were connected for.
+    pub fn bound(&self) -> DetectionBound {
+        self.bound
+    }
+
+    /// The whole transfer's progress.
+    pub fn progress(&self) -> Progress {
+        let bytes = self.paths.iter().map(|p| p.stats.bytes).sum();
+        Progress {
+            bytes,
+            total: self.config.len,
+            chunks_done: self.chunks.done(),
+            chunks: self.chunks.len(),
+            elapsed: self.finished.unwrap_or_else(Instant::now) - self.started,
+            rate: self.paths.iter().map(|p| p.stats.rate).sum(),
+            resent_bytes: self.resent_bytes,
+            paths_up: self
+                .paths
+                .iter()
+                .filter(|p| p.stats.state == PathState::Up)
+                .count(),
+            paths: self.paths.len(),
+        }
+    }
+
+    /// Every path's counters and state, in path order.
+    pub fn paths(&self) -> impl Iterator<Item = &PathStats> + '_ {
+        self.paths.iter().map(|p| &p.stats)
+    }
+
+    /// The plane whose memory holds chunk `c`'s final bytes (its local
+    /// buffer for a Read, its remote region for a Write), once done.
+    pub fn placement(&self, c: usize) -> Option<u16> {
+        self.chunks.placement(c)
+    }
+
+    /// The planes, with their engines and buffers (all back once done).
+    pub fn planes(&self) -> &[Plane<B>] {
+        &self.planes
+    }
+
+    /// Ends the transfer, giving the planes back.
+    pub fn into_planes(self) -> Vec<Plane<B>> {
+        self.planes
+    }
+
+    /// When the transfer started, finished, and first lost a path.
+    pub fn times(&self) -> (Instant, Option<Instant>, Option<Instant>) {
+        (self.started, self.finished, self.first_failure)
+    }
+
+    /// When plane `p` last reported `PORT_ERR` and `PORT_ACTIVE`.
+    pub fn port_events(&self, p: usize) -> (Option<Instant>, Option<Instant>) {
+        (
+            self.port_err_at.get(p).copied().flatten(),
+            self.port_active_at.get(p).copied().flatten(),
+        )
+    }
+}
+
+/// `new` checked every chunk's range against every plane's region.
+#[cold]
+fn unreachable_checked_range() -> ! {
+    unreachable!("chunk ranges were checked against the regions in Transfer::new")
+}
+
+/// Settles one completion of plane `plane`'s engine: a chunk's buffer goes
+/// back to its slot; a success completes the chunk, a failure (or flush)
+/// queues it again and fails its path; a probe's success re-admits its path.
+pub(crate) fn settle<B: NicBuf>(
+    mut c: CompletionRef<'_, B>,
+    plane: u16,
+    config: &TransferConfig,
+    bufs: &mut [Option<B>],
+    chunks: &mut ChunkTable,
+    paths: &mut [Path],
+    now: Instant,
+) {
+    let tag = c.tag();
+    let ok = c.status() == WcStatus::SUCCESS;
+    let Some(path) = paths.get_mut(((tag >> 32) & 0xFFFF) as usize) else {
+        return;
+    };
+    if path.stats.plane != plane {
+        return;
+    }
+    if tag & PROBE != 0 {
+        if path.stats.state == PathState::Probing {
+            if ok && !path.failing {
+                path.stats.state = PathState::Up;
+                path.stats.readmissions += 1;
+                path.backoff = Duration::ZERO;
+                path.last_progress = now;
+            } else {
+                path.fail(FailCause::ProbeFailed);
+            }
+        }
+        return;
+    }
+    let index = ((tag >> 32) & 0xFFFF) as u16;
+    let chunk = (tag & 0xFFFF_FFFF) as usize;
+    if chunk >= bufs.len() {
+        return;
+    }
+    if let Some(buf) = c.take_buf() {
+        bufs[chunk] = Some(buf);
+    }
+    path.stats.in_flight = path.stats.in_flight.saturating_sub(1);
+    if ok {
+        if chunks.completed(chunk, index, plane) {
+            path.completed(config.chunk_range(chunk).1, now);
+        }
+    } else {
+        chunks.lost(chunk, index);
+        let status = c.status();
+        path.fail(if status == WcStatus::WR_FLUSH_ERR {
+            FailCause::Flushed
+        } else {
+            FailCause::Completion(status)
+        });
+    }
+}
