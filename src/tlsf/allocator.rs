@@ -4,11 +4,8 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use super::types::{
-    bad_alignment, invalid_config, invalid_handle, too_large, zero_size, Allocation, Stats,
-    TlsfConfig, TlsfError,
-};
-use super::types::{FL_COUNT, MAX_BLOCKS_LIMIT, NIL, SL_COUNT, SL_LOG2};
+use super::types::{invalid_config, invalid_handle, Allocation, Stats, TlsfConfig, TlsfError};
+use super::types::{MAX_BLOCKS_LIMIT, NIL, SL_COUNT, SL_LOG2};
 
 /// What a node slot currently describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,7 +18,10 @@ pub(super) enum State {
     Used,
 }
 
-/// A block descriptor. Offsets and sizes are in granules.
+/// A block descriptor, 40 bytes. Offsets and sizes are in granules. One
+/// record per block rather than one array per field: every step of `alloc`
+/// and `free` reads several fields of the same block, so this touches one
+/// cache line per block where separate arrays would touch several.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Node {
     pub(super) offset: u64,
@@ -31,6 +31,9 @@ pub(super) struct Node {
     pub(super) prev_free: u32,
     pub(super) next_free: u32,
     pub(super) generation: u32,
+    /// The bin a free block is listed in (flat index, see [`bin_index`]),
+    /// kept so that unlinking it need not recompute it.
+    pub(super) bin: u16,
     pub(super) state: State,
 }
 
@@ -43,32 +46,46 @@ impl Node {
         prev_free: NIL,
         next_free: NIL,
         generation: 0,
+        bin: 0,
         state: State::Unused,
     };
 }
 
-/// Bin of a free block of `units` granules (`units >= 1`).
-#[inline]
-pub(super) fn bin_of(units: u64) -> (usize, usize) {
-    if units < SL_COUNT as u64 {
-        (0, units as usize)
-    } else {
-        let log = u64::BITS - 1 - units.leading_zeros();
-        let sl = (units >> (log - SL_LOG2)) as usize - SL_COUNT;
-        ((log - SL_LOG2 + 1) as usize, sl)
-    }
+/// Bin slots: `FL_COUNT * SL_COUNT` (976) rounded up to a power of two, so
+/// that a masked index needs no bounds check.
+pub(super) const BINS: usize = 1024;
+/// First-level bitmap slots, likewise.
+pub(super) const FL_SLOTS: usize = 64;
+
+/// Flat bin (`fl * SL_COUNT + sl`) of a free block of `units` granules
+/// (`units >= 1`). Without a branch: below 16 granules `s` is 0 and the bin
+/// is `units` itself; above, `s` drops all but the leading one and the next
+/// `SL_LOG2` bits.
+#[inline(always)]
+pub(super) fn bin_index(units: u64) -> usize {
+    let s = u64::BITS - 1 - (units | SL_COUNT as u64).leading_zeros() - SL_LOG2;
+    ((s as usize) << SL_LOG2) + (units >> s) as usize
 }
 
-/// First bin all of whose blocks hold `units` granules: `units` rounded up to
-/// the next bin boundary. `None` if that rounding overflows.
-#[inline]
+/// First flat bin all of whose blocks hold `units` granules: `units` rounded
+/// up to the next bin boundary. `None` if that rounding overflows.
+#[inline(always)]
+pub(super) fn search_index(units: u64) -> Option<usize> {
+    let s = u64::BITS - 1 - (units | SL_COUNT as u64).leading_zeros() - SL_LOG2;
+    units.checked_add((1u64 << s) - 1).map(bin_index)
+}
+
+/// Bin of a free block of `units` granules, as `(fl, sl)`.
+#[cfg(test)]
+pub(super) fn bin_of(units: u64) -> (usize, usize) {
+    let b = bin_index(units);
+    (b >> SL_LOG2, b & (SL_COUNT - 1))
+}
+
+/// [`search_index`] as `(fl, sl)`.
+#[cfg(test)]
 pub(super) fn search_bin(units: u64) -> Option<(usize, usize)> {
-    if units < SL_COUNT as u64 {
-        return Some((0, units as usize));
-    }
-    let log = u64::BITS - 1 - units.leading_zeros();
-    let round = (1u64 << (log - SL_LOG2)) - 1;
-    units.checked_add(round).map(bin_of)
+    search_index(units).map(|b| (b >> SL_LOG2, b & (SL_COUNT - 1)))
 }
 
 /// The TLSF offset allocator. See the [module documentation](crate::tlsf).
@@ -77,22 +94,26 @@ pub(super) fn search_bin(units: u64) -> Option<(usize, usize)> {
 /// or through `SharedTlsf` (feature `std`) from many.
 pub struct Tlsf {
     pub(super) nodes: Vec<Node>,
+    /// Head of each bin's free list, by flat bin index (`NIL` past the last).
+    pub(super) heads: [u32; BINS],
+    /// Per first-level class, its non-empty bins (0 past the last class).
+    pub(super) sl_bitmap: [u16; FL_SLOTS],
+    /// The non-empty first-level classes.
     pub(super) fl_bitmap: u64,
-    pub(super) sl_bitmap: [u16; FL_COUNT],
-    pub(super) heads: [[u32; SL_COUNT]; FL_COUNT],
     /// log2 of the granule.
     pub(super) shift: u32,
     /// Managed capacity in granules.
     pub(super) cap_units: u64,
     /// Bits of a handle that hold the node index.
     pub(super) index_bits: u32,
+    /// `(1 << index_bits) - 1`.
+    pub(super) index_mask: u32,
     pub(super) unused_head: u32,
     pub(super) unused_count: u32,
     pub(super) used_units: u64,
     pub(super) high_water_units: u64,
     pub(super) live: u64,
     pub(super) total_allocs: u64,
-    pub(super) free_blocks: u64,
 }
 
 impl fmt::Debug for Tlsf {
@@ -103,7 +124,7 @@ impl fmt::Debug for Tlsf {
             .field("max_blocks", &self.max_blocks())
             .field("in_use", &(self.used_units << self.shift))
             .field("alloc_count", &self.live)
-            .field("free_blocks", &self.free_blocks)
+            .field("free_blocks", &self.free_block_count())
             .finish_non_exhaustive()
     }
 }
@@ -137,11 +158,7 @@ impl Tlsf {
         nodes
             .try_reserve_exact(n)
             .map_err(|_| invalid_config("cannot allocate the node table"))?;
-        nodes.push(Node {
-            size: cap_units,
-            state: State::Free,
-            ..Node::UNUSED
-        });
+        nodes.push(Node::UNUSED);
         for i in 1..n {
             let next = if i + 1 < n { (i + 1) as u32 } else { NIL };
             nodes.push(Node {
@@ -152,21 +169,21 @@ impl Tlsf {
         let index_bits = (u32::BITS - (config.max_blocks - 1).leading_zeros()).max(1);
         let mut tlsf = Self {
             nodes,
+            heads: [NIL; BINS],
+            sl_bitmap: [0; FL_SLOTS],
             fl_bitmap: 0,
-            sl_bitmap: [0; FL_COUNT],
-            heads: [[NIL; SL_COUNT]; FL_COUNT],
             shift,
             cap_units,
             index_bits,
+            index_mask: (1 << index_bits) - 1,
             unused_head: if n > 1 { 1 } else { NIL },
             unused_count: config.max_blocks - 1,
             used_units: 0,
             high_water_units: 0,
             live: 0,
             total_allocs: 0,
-            free_blocks: 0,
         };
-        tlsf.insert_free(0);
+        tlsf.push_free(0, cap_units);
         Ok(tlsf)
     }
 
@@ -218,32 +235,24 @@ impl Tlsf {
     /// [`TlsfError::TooLarge`] (more than the capacity),
     /// [`TlsfError::OutOfMemory`] (no suitable free block now),
     /// [`TlsfError::OutOfNodes`] (node table full).
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&mut self, size: u64, align: u64) -> Result<Allocation, TlsfError> {
-        if size == 0 {
-            return Err(zero_size());
-        }
-        if !align.is_power_of_two() {
-            return Err(bad_alignment(align));
-        }
-        if size > self.capacity() {
-            return Err(too_large(size, self.capacity()));
-        }
-        let units = ((size - 1) >> self.shift) + 1;
-        let idx = if align >> self.shift <= 1 {
-            match self.find_block(units) {
-                Some(idx) => self.place(idx, 0, units)?,
-                None => return Err(self.out_of_memory(size)),
+        // The fast path: 1..=capacity bytes at an alignment the granule
+        // already gives (a power of two no larger than it), and a block and
+        // a node slot at hand. Anything else, including every error, takes
+        // the slow path, which starts over.
+        if size.wrapping_sub(1) < self.capacity()
+            && align.wrapping_sub(1) >> self.shift == 0
+            && align & align.wrapping_sub(1) == 0
+        {
+            let units = ((size - 1) >> self.shift) + 1;
+            if let Some(idx) = self.find_block(units) {
+                if let Some(a) = self.take_head(idx, units, size) {
+                    return Ok(a);
+                }
             }
-        } else {
-            self.alloc_aligned(size, units, align >> self.shift)?
-        };
-        let node = &self.nodes[idx as usize];
-        Ok(Allocation {
-            offset: node.offset << self.shift,
-            len: size,
-            handle: (node.generation << self.index_bits) | idx,
-        })
+        }
+        self.alloc_slow(size, align)
     }
 
     /// The node-table slot of a live handle: an index below
@@ -251,7 +260,7 @@ impl Tlsf {
     /// per-allocation side tables indexed by it).
     #[inline]
     pub fn handle_slot(&self, handle: u32) -> usize {
-        (handle & ((1 << self.index_bits) - 1)) as usize
+        (handle & self.index_mask) as usize
     }
 
     /// Returns an allocation's range to the free lists, merging it with free
@@ -262,34 +271,46 @@ impl Tlsf {
     /// [`TlsfError::InvalidHandle`] if `handle` is not a live allocation:
     /// freed already (double free), stale, or never issued. Nothing changes
     /// then.
-    #[inline]
+    #[inline(always)]
     pub fn free(&mut self, handle: u32) -> Result<(), TlsfError> {
-        let idx = handle & ((1 << self.index_bits) - 1);
+        let idx = handle & self.index_mask;
         let generation = handle >> self.index_bits;
-        match self.nodes.get(idx as usize) {
-            Some(n) if n.state == State::Used && n.generation == generation => {}
+        let node = match self.nodes.get_mut(idx as usize) {
+            Some(n) if n.state == State::Used && n.generation == generation => n,
             _ => return Err(invalid_handle(handle)),
-        }
-        let gen_mask = u32::MAX >> self.index_bits;
-        let mut i = idx;
-        let node = &mut self.nodes[i as usize];
-        node.generation = node.generation.wrapping_add(1) & gen_mask;
-        node.state = State::Free;
-        self.used_units -= node.size;
+        };
+        node.generation = generation.wrapping_add(1) & (u32::MAX >> self.index_bits);
+        let (mut size, prev, mut next) = (node.size, node.prev_phys, node.next_phys);
+        self.used_units -= size;
         self.live -= 1;
 
-        let prev = self.nodes[i as usize].prev_phys;
-        if prev != NIL && self.nodes[prev as usize].state == State::Free {
-            self.remove_free(prev);
-            self.absorb_next(prev, i);
-            i = prev;
+        // Merge into the predecessor (which keeps its slot, so node 0 stays
+        // the block at offset 0), then swallow the successor; each merged-away
+        // slot goes back to the unused stack.
+        let mut start = idx;
+        if prev != NIL {
+            let p = self.nodes[prev as usize];
+            if p.state == State::Free {
+                self.unlink(p.bin, p.prev_free, p.next_free);
+                self.recycle(idx);
+                size += p.size;
+                start = prev;
+            }
         }
-        let next = self.nodes[i as usize].next_phys;
-        if next != NIL && self.nodes[next as usize].state == State::Free {
-            self.remove_free(next);
-            self.absorb_next(i, next);
+        if next != NIL {
+            let n = self.nodes[next as usize];
+            if n.state == State::Free {
+                self.unlink(n.bin, n.prev_free, n.next_free);
+                self.recycle(next);
+                size += n.size;
+                next = n.next_phys;
+            }
+            if next != NIL {
+                self.nodes[next as usize].prev_phys = start;
+            }
         }
-        self.insert_free(i);
+        self.nodes[start as usize].next_phys = next;
+        self.push_free(start, size);
         Ok(())
     }
 
@@ -306,7 +327,7 @@ impl Tlsf {
             high_water: self.high_water_units << self.shift,
             alloc_count: self.live,
             total_allocs: self.total_allocs,
-            free_blocks: self.free_blocks,
+            free_blocks: self.free_block_count(),
         }
     }
 }

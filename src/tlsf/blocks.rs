@@ -1,18 +1,47 @@
 //! The block-level steps of the allocator: finding a block for a request,
-//! splitting and placing it, merging freed neighbours, the bins' free lists.
+//! splitting and placing it, the bins' free lists, the unused-slot stack,
+//! and the slow path of `alloc` (errors, large alignments).
 
-use super::allocator::{bin_of, search_bin, Node, State, Tlsf};
-use super::types::{TlsfError, NIL};
+use super::allocator::{bin_index, search_index, State, Tlsf, BINS, FL_SLOTS};
+use super::types::{
+    bad_alignment, too_large, zero_size, Allocation, TlsfError, NIL, SL_COUNT, SL_LOG2,
+};
 
 impl Tlsf {
+    /// Everything `alloc`'s fast path does not take: errors, alignments
+    /// above the granule, exhaustion of blocks or node slots. Out of line,
+    /// so that the fast path stays small enough to inline.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn alloc_slow(&mut self, size: u64, align: u64) -> Result<Allocation, TlsfError> {
+        if size == 0 {
+            return Err(zero_size());
+        }
+        if !align.is_power_of_two() {
+            return Err(bad_alignment(align));
+        }
+        if size > self.capacity() {
+            return Err(too_large(size, self.capacity()));
+        }
+        let units = ((size - 1) >> self.shift) + 1;
+        let idx = if align >> self.shift <= 1 {
+            match self.find_block(units) {
+                Some(idx) => self.place(idx, 0, units)?,
+                None => return Err(self.out_of_memory(size)),
+            }
+        } else {
+            self.alloc_aligned(size, units, align >> self.shift)?
+        };
+        let node = &self.nodes[idx as usize];
+        Ok(Allocation {
+            offset: node.offset << self.shift,
+            len: size,
+            handle: (node.generation << self.index_bits) | idx,
+        })
+    }
+
     /// The aligned path: `align_units >= 2`.
-    #[inline]
-    pub(super) fn alloc_aligned(
-        &mut self,
-        size: u64,
-        units: u64,
-        align_units: u64,
-    ) -> Result<u32, TlsfError> {
+    fn alloc_aligned(&mut self, size: u64, units: u64, align_units: u64) -> Result<u32, TlsfError> {
         // Any block of `units + align_units - 1` granules has an aligned start
         // with `units` granules after it.
         if let Some(padded) = units.checked_add(align_units - 1) {
@@ -38,164 +67,194 @@ impl Tlsf {
 
     /// Granules from the start of block `idx` to its first multiple of
     /// `align_units`; `None` if that overflows.
-    #[inline]
-    pub(super) fn front_pad(&self, idx: u32, align_units: u64) -> Option<u64> {
+    fn front_pad(&self, idx: u32, align_units: u64) -> Option<u64> {
         let offset = self.nodes[idx as usize].offset;
         let mask = align_units - 1;
         offset.checked_add(mask).map(|end| (end & !mask) - offset)
     }
 
-    /// A free block of at least `units` granules, O(1): the head of the
-    /// request's own bin if it is large enough (the tightest fit on offer),
-    /// else the head of the first non-empty bin at or above the request
-    /// rounded up to a bin boundary, all of whose blocks fit.
-    #[inline]
+    /// A free block of at least `units` granules, always the head of its
+    /// bin, O(1): the head of the request's own bin if it is large enough
+    /// (the tightest fit on offer), else the head of the first non-empty bin
+    /// at or above the request rounded up to a bin boundary, all of whose
+    /// blocks fit.
+    #[inline(always)]
     pub(super) fn find_block(&self, units: u64) -> Option<u32> {
-        let (fl, sl) = bin_of(units);
-        let head = self.heads[fl][sl];
+        let head = self.heads[bin_index(units) & (BINS - 1)];
         if head != NIL && self.nodes[head as usize].size >= units {
             return Some(head);
         }
-        if let Some((fl, sl)) = search_bin(units) {
-            let sl_map = u32::from(self.sl_bitmap[fl]) & (u32::MAX << sl);
-            if sl_map != 0 {
-                return Some(self.heads[fl][sl_map.trailing_zeros() as usize]);
-            }
+        let bin = search_index(units)?;
+        let fl = bin >> SL_LOG2;
+        let sl_map = u32::from(self.sl_bitmap[fl & (FL_SLOTS - 1)]) & (u32::MAX << (bin & 15));
+        let bin = if sl_map != 0 {
+            (fl << SL_LOG2) + sl_map.trailing_zeros() as usize
+        } else {
+            // `fl + 1 <= FL_COUNT < 64`: the shift is in range.
             let fl_map = self.fl_bitmap & (u64::MAX << (fl + 1));
-            if fl_map != 0 {
-                let fl = fl_map.trailing_zeros() as usize;
-                let sl = self.sl_bitmap[fl].trailing_zeros() as usize;
-                return Some(self.heads[fl][sl]);
+            if fl_map == 0 {
+                return None;
             }
+            let fl = fl_map.trailing_zeros() as usize;
+            let sl = self.sl_bitmap[fl & (FL_SLOTS - 1)].trailing_zeros() as usize;
+            (fl << SL_LOG2) + sl
+        };
+        Some(self.heads[bin & (BINS - 1)])
+    }
+
+    /// The fast path's placement: `units` granules from the front of free
+    /// block `idx`, the head of its bin, the tail going back to the free
+    /// lists. `None`, changing nothing, if the tail needs a node slot and
+    /// none is left.
+    #[inline(always)]
+    pub(super) fn take_head(&mut self, idx: u32, units: u64, size: u64) -> Option<Allocation> {
+        let block = self.nodes[idx as usize];
+        let rest = block.size - units;
+        if rest != 0 && self.unused_head == NIL {
+            return None;
         }
-        None
+        self.unlink(block.bin, NIL, block.next_free);
+        if rest != 0 {
+            self.split_tail(idx, block.offset + units, rest, block.next_phys);
+        }
+        self.mark_used(idx, units);
+        Some(Allocation {
+            offset: block.offset << self.shift,
+            len: size,
+            handle: (block.generation << self.index_bits) | idx,
+        })
     }
 
     /// Allocates `units` granules from free block `idx` after `pad` granules
     /// of front padding; padding and tail stay free. The front part keeps
     /// node `idx`, so node 0 is always the block at offset 0. Checks node
     /// slots before changing anything. Returns the allocated node.
-    #[inline]
-    pub(super) fn place(&mut self, idx: u32, pad: u64, units: u64) -> Result<u32, TlsfError> {
+    fn place(&mut self, idx: u32, pad: u64, units: u64) -> Result<u32, TlsfError> {
         let block = self.nodes[idx as usize];
         let rest = block.size - pad - units;
         let needed = u32::from(pad != 0) + u32::from(rest != 0);
         if needed > self.unused_count {
             return Err(self.out_of_nodes());
         }
-        self.remove_free(idx);
+        self.unlink(block.bin, block.prev_free, block.next_free);
         let used = if pad == 0 {
             idx
         } else {
             let a = self.take_slot();
-            self.nodes[a as usize] = Node {
-                offset: block.offset + pad,
-                prev_phys: idx,
-                next_phys: block.next_phys,
-                ..self.nodes[a as usize]
-            };
+            let node = &mut self.nodes[a as usize];
+            node.offset = block.offset + pad;
+            node.prev_phys = idx;
+            node.next_phys = block.next_phys;
             if block.next_phys != NIL {
                 self.nodes[block.next_phys as usize].prev_phys = a;
             }
-            let front = &mut self.nodes[idx as usize];
-            front.size = pad;
-            front.next_phys = a;
-            self.insert_free(idx);
+            self.nodes[idx as usize].next_phys = a;
+            self.push_free(idx, pad);
             a
         };
         if rest != 0 {
-            let r = self.take_slot();
-            self.nodes[r as usize] = Node {
-                offset: block.offset + pad + units,
-                size: rest,
-                prev_phys: used,
-                next_phys: block.next_phys,
-                state: State::Free,
-                ..self.nodes[r as usize]
-            };
-            if block.next_phys != NIL {
-                self.nodes[block.next_phys as usize].prev_phys = r;
-            }
-            self.nodes[used as usize].next_phys = r;
-            self.insert_free(r);
+            self.split_tail(used, block.offset + pad + units, rest, block.next_phys);
         }
-        let node = &mut self.nodes[used as usize];
+        self.mark_used(used, units);
+        Ok(used)
+    }
+
+    /// Makes a free block of `rest` granules at `offset`, between block
+    /// `used` and its old successor `next`. The caller has checked that a
+    /// node slot is left.
+    #[inline(always)]
+    fn split_tail(&mut self, used: u32, offset: u64, rest: u64, next: u32) {
+        let r = self.take_slot();
+        let node = &mut self.nodes[r as usize];
+        node.offset = offset;
+        node.prev_phys = used;
+        node.next_phys = next;
+        if next != NIL {
+            self.nodes[next as usize].prev_phys = r;
+        }
+        self.nodes[used as usize].next_phys = r;
+        self.push_free(r, rest);
+    }
+
+    /// Marks block `idx` allocated with `units` granules, and counts it.
+    #[inline(always)]
+    fn mark_used(&mut self, idx: u32, units: u64) {
+        let node = &mut self.nodes[idx as usize];
         node.size = units;
         node.state = State::Used;
         self.used_units += units;
         self.high_water_units = self.high_water_units.max(self.used_units);
         self.live += 1;
         self.total_allocs += 1;
-        Ok(used)
     }
 
-    /// Merges block `next` (free, already off its list) into its physical
-    /// predecessor `keep` and recycles `next`'s slot.
-    #[inline]
-    pub(super) fn absorb_next(&mut self, keep: u32, next: u32) {
-        let gone = self.nodes[next as usize];
-        let node = &mut self.nodes[keep as usize];
-        node.size += gone.size;
-        node.next_phys = gone.next_phys;
-        if gone.next_phys != NIL {
-            self.nodes[gone.next_phys as usize].prev_phys = keep;
-        }
-        let slot = &mut self.nodes[next as usize];
-        slot.state = State::Unused;
-        slot.prev_phys = NIL;
-        slot.next_phys = NIL;
-        slot.prev_free = NIL;
-        slot.next_free = self.unused_head;
-        self.unused_head = next;
-        self.unused_count += 1;
-    }
-
-    /// Pops an unused slot; the caller has checked `unused_count`.
-    #[inline]
-    pub(super) fn take_slot(&mut self) -> u32 {
+    /// Pops an unused slot; the caller has checked that one is left.
+    #[inline(always)]
+    fn take_slot(&mut self) -> u32 {
         let slot = self.unused_head;
         self.unused_head = self.nodes[slot as usize].next_free;
         self.unused_count -= 1;
         slot
     }
 
-    /// Pushes free block `idx` on the list of its bin.
-    #[inline]
-    pub(super) fn insert_free(&mut self, idx: u32) {
-        let (fl, sl) = bin_of(self.nodes[idx as usize].size);
-        let head = self.heads[fl][sl];
+    /// Pushes slot `idx` (merged away) on the unused stack.
+    #[inline(always)]
+    pub(super) fn recycle(&mut self, idx: u32) {
         let node = &mut self.nodes[idx as usize];
+        node.state = State::Unused;
+        node.next_free = self.unused_head;
+        self.unused_head = idx;
+        self.unused_count += 1;
+    }
+
+    /// Makes node `idx` a free block of `size` granules and pushes it on the
+    /// list of its bin (offset and physical links are the caller's).
+    #[inline(always)]
+    pub(super) fn push_free(&mut self, idx: u32, size: u64) {
+        let bin = bin_index(size);
+        let head = self.heads[bin & (BINS - 1)];
+        let node = &mut self.nodes[idx as usize];
+        node.size = size;
+        node.bin = bin as u16;
+        node.state = State::Free;
         node.prev_free = NIL;
         node.next_free = head;
         if head != NIL {
             self.nodes[head as usize].prev_free = idx;
         }
-        self.heads[fl][sl] = idx;
-        self.sl_bitmap[fl] |= 1 << sl;
+        self.heads[bin & (BINS - 1)] = idx;
+        let fl = bin >> SL_LOG2;
+        self.sl_bitmap[fl & (FL_SLOTS - 1)] |= 1 << (bin & (SL_COUNT - 1));
         self.fl_bitmap |= 1 << fl;
-        self.free_blocks += 1;
     }
 
-    /// Unlinks free block `idx` from the list of its bin.
-    #[inline]
-    pub(super) fn remove_free(&mut self, idx: u32) {
-        let node = self.nodes[idx as usize];
-        let (fl, sl) = bin_of(node.size);
-        if node.prev_free != NIL {
-            self.nodes[node.prev_free as usize].next_free = node.next_free;
+    /// Unlinks a free block, given its bin and free-list neighbours, from
+    /// the list of that bin.
+    #[inline(always)]
+    pub(super) fn unlink(&mut self, bin: u16, prev: u32, next: u32) {
+        let bin = usize::from(bin);
+        if prev != NIL {
+            self.nodes[prev as usize].next_free = next;
         } else {
-            self.heads[fl][sl] = node.next_free;
-            if node.next_free == NIL {
-                self.sl_bitmap[fl] &= !(1 << sl);
-                if self.sl_bitmap[fl] == 0 {
+            self.heads[bin & (BINS - 1)] = next;
+            if next == NIL {
+                let fl = bin >> SL_LOG2;
+                let sl_map = &mut self.sl_bitmap[fl & (FL_SLOTS - 1)];
+                *sl_map &= !(1 << (bin & (SL_COUNT - 1)));
+                if *sl_map == 0 {
                     self.fl_bitmap &= !(1 << fl);
                 }
             }
         }
-        if node.next_free != NIL {
-            self.nodes[node.next_free as usize].prev_free = node.prev_free;
+        if next != NIL {
+            self.nodes[next as usize].prev_free = prev;
         }
-        self.free_blocks -= 1;
+    }
+
+    /// Free blocks: every slot not on the unused stack is a block, and the
+    /// blocks that are not free are the live allocations.
+    pub(super) fn free_block_count(&self) -> u64 {
+        (self.nodes.len() as u64 - u64::from(self.unused_count)) - self.live
     }
 
     /// Size in granules of the largest free block: the biggest block of the
@@ -207,7 +266,7 @@ impl Tlsf {
         let fl = (u64::BITS - 1 - self.fl_bitmap.leading_zeros()) as usize;
         let sl = (u16::BITS - 1 - self.sl_bitmap[fl].leading_zeros()) as usize;
         let mut best = 0;
-        let mut i = self.heads[fl][sl];
+        let mut i = self.heads[(fl << SL_LOG2) + sl];
         // Bounded by the node table even if the lists were corrupt.
         for _ in 0..self.nodes.len() {
             if i == NIL {
@@ -231,7 +290,7 @@ impl Tlsf {
 
     #[cold]
     #[inline(never)]
-    pub(super) fn out_of_nodes(&self) -> TlsfError {
+    fn out_of_nodes(&self) -> TlsfError {
         TlsfError::OutOfNodes {
             max_blocks: self.max_blocks(),
         }

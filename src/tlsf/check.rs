@@ -1,6 +1,6 @@
 //! Full consistency check of a [`Tlsf`], for tests and debugging.
 
-use super::allocator::{bin_of, State, Tlsf};
+use super::allocator::{bin_index, State, Tlsf, BINS, FL_SLOTS};
 use super::types::{FL_COUNT, NIL, SL_COUNT};
 
 impl Tlsf {
@@ -110,7 +110,7 @@ impl Tlsf {
         if live != self.live {
             return Err("live allocation count is off");
         }
-        if free_blocks != self.free_blocks {
+        if free_blocks != self.free_block_count() {
             return Err("free block count is off");
         }
         if self.high_water_units < self.used_units || self.high_water_units > self.cap_units {
@@ -124,19 +124,26 @@ impl Tlsf {
         if self.fl_bitmap >> FL_COUNT != 0 {
             return Err("first-level bitmap has bits past the last class");
         }
+        if self.sl_bitmap[FL_COUNT..FL_SLOTS].iter().any(|&m| m != 0)
+            || self.heads[FL_COUNT * SL_COUNT..BINS]
+                .iter()
+                .any(|&h| h != NIL)
+        {
+            return Err("bins past the last class are in use");
+        }
         let mut listed = 0u64;
         for fl in 0..FL_COUNT {
             if (self.fl_bitmap >> fl & 1 == 1) != (self.sl_bitmap[fl] != 0) {
                 return Err("first-level bitmap disagrees with second-level bitmap");
             }
             if self.sl_bitmap[fl] == 0 {
-                if self.heads[fl] != [NIL; SL_COUNT] {
+                if self.heads[fl * SL_COUNT..(fl + 1) * SL_COUNT] != [NIL; SL_COUNT] {
                     return Err("bin head set in an empty class");
                 }
                 continue;
             }
             for sl in 0..SL_COUNT {
-                let head = self.heads[fl][sl];
+                let head = self.heads[fl * SL_COUNT + sl];
                 if (self.sl_bitmap[fl] >> sl & 1 == 1) != (head != NIL) {
                     return Err("second-level bitmap disagrees with bin head");
                 }
@@ -156,8 +163,11 @@ impl Tlsf {
                     if node.prev_free != prev {
                         return Err("prev_free does not match the list");
                     }
-                    if bin_of(node.size) != (fl, sl) {
+                    if bin_index(node.size) != fl * SL_COUNT + sl {
                         return Err("free block on the wrong bin");
+                    }
+                    if usize::from(node.bin) != fl * SL_COUNT + sl {
+                        return Err("free block's recorded bin is not its list");
                     }
                     prev = i;
                     i = node.next_free;

@@ -35,10 +35,16 @@
 //!   region's base is aligned at least as strictly (registered regions are
 //!   page aligned).
 //! * **Metadata.** A node table of `max_blocks` block descriptors (offset,
-//!   size, state, physical neighbours, free-list links, generation), allocated
-//!   once; unused slots form an intrusive stack. Bin heads and bitmaps are
-//!   fixed arrays. `alloc` and `free` never allocate, lock or make a system
-//!   call. `free` merges with both physical neighbours in O(1).
+//!   size, state, physical neighbours, free-list links, generation, and a
+//!   free block's bin), allocated once; unused slots form an intrusive stack.
+//!   Bin heads and bitmaps are fixed arrays, sized to powers of two so that
+//!   masked indices need no bounds check. `alloc` and `free` never allocate,
+//!   lock or make a system call. `free` merges with both physical neighbours
+//!   in O(1).
+//! * **Fast path.** `alloc` inlines only the common case (a valid size, an
+//!   alignment up to the granule, a block and a node slot at hand) and
+//!   leaves errors and large alignments to an out-of-line slow path, which
+//!   starts over; `free` is inlined whole.
 //! * **Handles.** [`Allocation::handle`] is a node index plus a generation in
 //!   the high bits (the bits the index does not need: 8 at least, 21 for
 //!   2048 nodes). Freeing bumps the generation, so a double free or a stale
