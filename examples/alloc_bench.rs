@@ -111,7 +111,9 @@ fn sequence(mix: &Mix, seed: u64) -> (Vec<Layout>, Vec<Step>) {
     (fill, steps)
 }
 
-/// The operations the benchmark needs from an allocator.
+/// The operations the benchmark needs from an allocator. Every row's
+/// implementation is inlined into the timed loop, as a direct call in the
+/// caller's code would be.
 trait Bench {
     type Token: Copy;
     fn alloc(&mut self, layout: Layout) -> Self::Token;
@@ -120,14 +122,14 @@ trait Bench {
 
 impl Bench for Tlsf {
     type Token = u32;
-    #[inline]
+    #[inline(always)]
     fn alloc(&mut self, layout: Layout) -> u32 {
         match Tlsf::alloc(self, layout.size() as u64, layout.align() as u64) {
             Ok(a) => a.handle,
             Err(e) => panic!("tlsf alloc of {layout:?} failed: {e}"),
         }
     }
-    #[inline]
+    #[inline(always)]
     fn free(&mut self, token: u32, _: Layout) {
         if let Err(e) = Tlsf::free(self, token) {
             panic!("tlsf free failed: {e}");
@@ -138,14 +140,14 @@ impl Bench for Tlsf {
 #[cfg(feature = "std")]
 impl Bench for SharedTlsf {
     type Token = u32;
-    #[inline]
+    #[inline(always)]
     fn alloc(&mut self, layout: Layout) -> u32 {
         match SharedTlsf::alloc(self, layout.size() as u64, layout.align() as u64) {
             Ok(a) => a.handle,
             Err(e) => panic!("shared tlsf alloc of {layout:?} failed: {e}"),
         }
     }
-    #[inline]
+    #[inline(always)]
     fn free(&mut self, token: u32, _: Layout) {
         if let Err(e) = SharedTlsf::free(self, token) {
             panic!("shared tlsf free failed: {e}");
@@ -158,7 +160,7 @@ struct System;
 
 impl Bench for System {
     type Token = *mut u8;
-    #[inline]
+    #[inline(always)]
     fn alloc(&mut self, layout: Layout) -> *mut u8 {
         // SAFETY: every layout of the mix has a non-zero size (at least 1
         // byte) and was built by `Layout::from_size_align`.
@@ -168,7 +170,7 @@ impl Bench for System {
         }
         p
     }
-    #[inline]
+    #[inline(always)]
     fn free(&mut self, token: *mut u8, layout: Layout) {
         // SAFETY: `token` came from `alloc` with exactly this `layout` (the
         // window keeps each pointer with its layout) and is freed once: its
@@ -187,6 +189,24 @@ fn run<B: Bench>(b: &mut B, fill: &[Layout], steps: &[Step]) -> Vec<f64> {
         live[s.slot] = (b.alloc(s.layout), s.layout);
     }
     let mut samples = Vec::with_capacity(measured.len() / BATCH + 1);
+    measure(b, &mut live, measured, &mut samples);
+    for (token, layout) in live {
+        b.free(token, layout);
+    }
+    samples.sort_by(f64::total_cmp);
+    samples
+}
+
+/// The timed steps, kept out of line so that
+/// `valgrind --tool=callgrind --toggle-collect='*measure*'` counts exactly
+/// them (divide by `STEPS` for instructions per pair).
+#[inline(never)]
+fn measure<B: Bench>(
+    b: &mut B,
+    live: &mut [(B::Token, Layout)],
+    measured: &[Step],
+    samples: &mut Vec<f64>,
+) {
     for batch in measured.chunks(BATCH) {
         let start = Instant::now();
         for s in batch {
@@ -196,11 +216,6 @@ fn run<B: Bench>(b: &mut B, fill: &[Layout], steps: &[Step]) -> Vec<f64> {
         }
         samples.push(start.elapsed().as_nanos() as f64 / batch.len() as f64);
     }
-    for (token, layout) in live {
-        b.free(token, layout);
-    }
-    samples.sort_by(f64::total_cmp);
-    samples
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -208,7 +223,46 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
+/// Command-line filters: `--mix WORD` keeps the mixes whose name starts
+/// with it, `--only NAME` the allocator rows so named (repeatable).
+struct Filter {
+    mix: Option<String>,
+    only: Vec<String>,
+}
+
+impl Filter {
+    fn from_args() -> Filter {
+        let mut f = Filter {
+            mix: None,
+            only: Vec::new(),
+        };
+        let mut args = std::env::args().skip(1);
+        while let Some(a) = args.next() {
+            match (a.as_str(), args.next()) {
+                ("--mix", Some(v)) => f.mix = Some(v),
+                ("--only", Some(v)) => f.only.push(v),
+                _ => {
+                    eprintln!("usage: alloc_bench [--mix small|mixed|large] [--only ROW]...");
+                    std::process::exit(2);
+                }
+            }
+        }
+        f
+    }
+
+    fn mix(&self, mix: &Mix) -> bool {
+        self.mix
+            .as_ref()
+            .is_none_or(|m| mix.name.starts_with(m.as_str()))
+    }
+
+    fn row(&self, name: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o.eq_ignore_ascii_case(name))
+    }
+}
+
 fn main() {
+    let filter = Filter::from_args();
     let config = TlsfConfig::new().with_max_live(WINDOW as u32 + 1);
     println!(
         "alloc_bench: window {WINDOW} live, {STEPS} replace steps (free + alloc) per run \
@@ -221,37 +275,49 @@ fn main() {
     );
     println!("{}", "-".repeat(64));
     for (i, mix) in MIXES.iter().enumerate() {
+        if !filter.mix(mix) {
+            continue;
+        }
         let (fill, steps) = sequence(mix, 0xB0BA_CAFE + i as u64);
-
-        let mut tlsf = Tlsf::new(CAPACITY, config).expect("tlsf");
-        let mut rows = vec![("Tlsf", run(&mut tlsf, &fill, &steps))];
-        let stats = tlsf.stats();
+        let mut rows = Vec::new();
+        let mut stats = None;
+        if filter.row("Tlsf") {
+            let mut tlsf = Tlsf::new(CAPACITY, config).expect("tlsf");
+            rows.push(("Tlsf", run(&mut tlsf, &fill, &steps)));
+            stats = Some(tlsf.stats());
+        }
         #[cfg(feature = "std")]
-        {
+        if filter.row("SharedTlsf") {
             let mut shared = SharedTlsf::new(CAPACITY, config).expect("shared tlsf");
             rows.push(("SharedTlsf", run(&mut shared, &fill, &steps)));
         }
-        let system = run(&mut System, &fill, &steps);
-        let sys_median = percentile(&system, 0.5);
-        rows.push(("system", system));
-
+        if filter.row("system") {
+            rows.push(("system", run(&mut System, &fill, &steps)));
+        }
+        let sys_median = rows
+            .iter()
+            .find(|(name, _)| *name == "system")
+            .map(|(_, samples)| percentile(samples, 0.5));
         for (name, samples) in &rows {
             let median = percentile(samples, 0.5);
+            let ratio = sys_median.map_or("-".to_string(), |s| format!("{:.2}x", s / median));
             println!(
-                "{:<18} {:<11} {:>9.1} {:>9.1} {:>12.2}x",
+                "{:<18} {:<11} {:>9.1} {:>9.1} {:>13}",
                 mix.name,
                 name,
                 median,
                 percentile(samples, 0.99),
-                sys_median / median
+                ratio
             );
         }
-        println!(
-            "{:<18} (tlsf: {} allocations, high water {:.1} MiB, everything freed: {} free block)",
-            "",
-            stats.total_allocs,
-            stats.high_water as f64 / f64::from(1 << 20),
-            stats.free_blocks
-        );
+        if let Some(stats) = stats {
+            println!(
+                "{:<18} (tlsf: {} allocations, high water {:.1} MiB, everything freed: {} free block)",
+                "",
+                stats.total_allocs,
+                stats.high_water as f64 / f64::from(1 << 20),
+                stats.free_blocks
+            );
+        }
     }
 }
