@@ -1,0 +1,169 @@
+//! The passive side: one region per plane for the peer to write (or read),
+//! one engine per plane holding its end of every path, and a loop that
+//! answers the client: reconnect a path, and at the end assemble the
+//! chunks from the planes they landed on and compare checksums.
+
+use std::time::Duration;
+
+use verbs::exchange::{Listener, Session};
+use verbs::{
+    Access, Context, Deadline, Engine, EngineConfig, HostBuf, MemoryRegion, ProtectionDomain,
+    QpConfig, QpId,
+};
+
+use crate::proto::{self, Checksum};
+use crate::{BoxError, Opts};
+
+/// Longest the server waits for the client's next word: the whole drill.
+const IDLE: Duration = Duration::from_secs(300);
+
+struct Plane {
+    engine: Engine<MemoryRegion>,
+    region: MemoryRegion,
+    qps: Vec<QpId>,
+}
+
+/// Serves one client; true when both checksums matched.
+pub fn run(opts: &Opts) -> Result<bool, BoxError> {
+    let listener = Listener::bind(("0.0.0.0", opts.port))?;
+    println!("server: listening on port {}", opts.port);
+    let mut session = listener.accept(Deadline::after(IDLE))?;
+    let (cmd, len, shape) = proto::recv(&mut session, IDLE)?;
+    let (_, op, chunk_len) = proto::recv(&mut session, IDLE)?;
+    if cmd != proto::SETUP || chunk_len == 0 {
+        return Err("the client did not start with a setup".into());
+    }
+    let (plane_count, qps) = ((shape >> 32) as usize, (shape & 0xFFFF_FFFF) as usize);
+    let devs = crate::devices(&opts.devs, plane_count)?;
+    let mut planes = Vec::new();
+    for dev in &devs {
+        planes.push(open_plane(dev, len as usize, qps)?);
+    }
+    if op == 1 {
+        // A read: every plane's region holds the source.
+        let mut chunk = vec![0u8; chunk_len as usize];
+        for c in 0..len.div_ceil(chunk_len) {
+            let offset = c * chunk_len;
+            let n = chunk_len.min(len - offset) as usize;
+            proto::generate(offset, &mut chunk[..n]);
+            for plane in &mut planes {
+                plane.region.write_at(offset as usize, &chunk[..n])?;
+            }
+        }
+    }
+    let deadline = Deadline::after(Duration::from_secs(60));
+    for plane in &mut planes {
+        for &qp in &plane.qps {
+            // The client connects its end with the path's flow label and
+            // retry policy; this end only answers (no requests of its own).
+            let mut ours = plane.engine.endpoint(qp)?;
+            ours.regions
+                .push(plane.region.remote().ok_or("region not shared")?);
+            let peer = session.server_exchange(&ours, None, deadline)?;
+            plane.engine.connect(qp, &peer)?;
+        }
+    }
+    session.sync(deadline)?;
+    println!(
+        "server: {} planes ({}) x {qps} queue pairs, {} MiB each, {}",
+        planes.len(),
+        devs.join(","),
+        len >> 20,
+        if op == 1 {
+            "to be read"
+        } else {
+            "to be written"
+        }
+    );
+    loop {
+        let (cmd, a, _) = proto::recv(&mut session, IDLE)?;
+        match cmd {
+            proto::REPATH => repath(&mut planes, qps, a as usize, &mut session)?,
+            proto::DONE => {
+                let mut placement = vec![0u8; len.div_ceil(chunk_len) as usize];
+                proto::recv_bytes(&mut session, &mut placement)?;
+                let ours = if op == 1 {
+                    // The client read: the source is the same on every plane.
+                    checksum(&planes, len, chunk_len, &vec![0; placement.len()])?
+                } else {
+                    checksum(&planes, len, chunk_len, &placement)?
+                };
+                proto::send(&mut session, proto::DONE, ours, 0)?;
+                let per_plane: Vec<usize> = (0..planes.len())
+                    .map(|p| placement.iter().filter(|&&x| usize::from(x) == p).count())
+                    .collect();
+                let verdict = if ours == a { "match" } else { "MISMATCH" };
+                println!(
+                    "server: checksum server={ours:#018x} client={a:#018x} {verdict}; chunks per plane {per_plane:?}"
+                );
+                return Ok(ours == a);
+            }
+            other => return Err(format!("unknown command {:?}", other as char).into()),
+        }
+    }
+}
+
+/// The client lost path `path` and reset its end: reset ours (whatever
+/// state the failure left it in), exchange endpoints again, connect.
+fn repath(
+    planes: &mut [Plane],
+    qps: usize,
+    path: usize,
+    session: &mut Session,
+) -> Result<(), BoxError> {
+    let plane = planes.get_mut(path / qps.max(1)).ok_or("no such path")?;
+    let qp = plane.qps[path % qps];
+    let was = plane.engine.query(qp).map(|a| a.state.to_string());
+    plane
+        .engine
+        .reset(qp, Deadline::after(Duration::from_secs(1)), |_| {})?;
+    let mut ours = plane.engine.endpoint(qp)?;
+    ours.regions
+        .push(plane.region.remote().ok_or("region not shared")?);
+    let peer = session.server_exchange(&ours, None, Deadline::after(Duration::from_secs(2)))?;
+    let connected = plane.engine.connect(qp, &peer);
+    println!(
+        "server: path {path} reset (was {}) and reconnected: {}",
+        was.unwrap_or_else(|e| e.to_string()),
+        connected
+            .as_ref()
+            .map_or_else(|e| e.to_string(), |_| "ok".into())
+    );
+    Ok(())
+}
+
+fn open_plane(dev: &str, len: usize, qps: usize) -> Result<Plane, BoxError> {
+    let ctx = Context::open(Some(dev))?;
+    let pd = ProtectionDomain::new(&ctx)?;
+    let region = MemoryRegion::with_access(&pd, len, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
+    let mut engine = Engine::new(&pd, &EngineConfig::default())?;
+    let config = QpConfig {
+        remote_access: Access::REMOTE_WRITE | Access::REMOTE_READ,
+        ..QpConfig::default()
+    };
+    let qps = (0..qps)
+        .map(|_| engine.add_qp(&config))
+        .collect::<Result<_, _>>()?;
+    Ok(Plane {
+        engine,
+        region,
+        qps,
+    })
+}
+
+/// The checksum of the transfer's bytes, each chunk read from the plane
+/// whose region holds its final copy.
+fn checksum(planes: &[Plane], len: u64, chunk_len: u64, placement: &[u8]) -> Result<u64, BoxError> {
+    let mut sum = Checksum::new();
+    let mut chunk = vec![0u8; chunk_len as usize];
+    for (c, &plane) in placement.iter().enumerate() {
+        let offset = c as u64 * chunk_len;
+        let n = chunk_len.min(len - offset) as usize;
+        let plane = planes
+            .get(usize::from(plane))
+            .ok_or("placement names no plane")?;
+        plane.region.read_at(offset as usize, &mut chunk[..n])?;
+        sum.update(&chunk[..n]);
+    }
+    Ok(sum.value())
+}
