@@ -241,11 +241,14 @@ impl Tlsf {
         // already gives (a power of two no larger than it), and a block and
         // a node slot at hand. Anything else, including every error, takes
         // the slow path, which starts over.
-        if size.wrapping_sub(1) < self.capacity()
+        // `size - 1` wraps for 0, and `(size - 1) >> shift < cap_units`
+        // is `size <= capacity`.
+        let whole = size.wrapping_sub(1) >> self.shift;
+        if whole < self.cap_units
             && align.wrapping_sub(1) >> self.shift == 0
             && align & align.wrapping_sub(1) == 0
         {
-            let units = ((size - 1) >> self.shift) + 1;
+            let units = whole + 1;
             if let Some(idx) = self.find_block(units) {
                 if let Some(a) = self.take_head(idx, units, size) {
                     return Ok(a);
