@@ -229,6 +229,21 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
         "checksum client={ours:#018x} server={theirs:#018x} {}",
         if matched { "match" } else { "MISMATCH" }
     );
+    for (i, s) in transfer.paths().enumerate() {
+        println!(
+            "path {i} {}/{}: {} {:.1} MiB in {} chunks ({} resent), {} failures ({}), {} re-admitted, {} failed probes",
+            devs[usize::from(s.plane)],
+            i % opts.qps,
+            s.state.name(),
+            s.bytes as f64 / 1048576.0,
+            s.chunks,
+            s.resent_chunks,
+            s.failures,
+            s.last_cause.map_or("none".into(), |c| format!("last {c:?}")),
+            s.readmissions,
+            s.failed_probes
+        );
+    }
     println!("{}", result_line(&transfer, opts, &samples, matched));
     Ok(matched)
 }
