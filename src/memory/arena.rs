@@ -5,10 +5,12 @@
 //!   registered once, carved by the [`crate::tlsf`] offset allocator whose
 //!   metadata lives outside the registered memory (a peer can never corrupt
 //!   it). Allocation takes `&mut Arena`: one owner, no lock, no system call,
-//!   no atomic read-modify-write.
+//!   no atomic read-modify-write (it takes returned buffers with loads).
 //! - [`ArenaBuf`]: owns its sub-range, returns it on drop from any thread
-//!   through a lock-free return stack that the owner drains on its next
-//!   allocation. It is a [`NicBuf`], so it moves into the queue while in flight.
+//!   through a wait-free return queue (one atomic swap per drop) that the
+//!   owner drains on its next allocation; [`Arena::free`] gives one back
+//!   on the owner's thread with no atomic at all. It is a [`NicBuf`], so it
+//!   moves into the queue pair while in flight.
 //! - The registration and the return stack are freed with the arena only
 //!   when no buffer is left; otherwise they are leaked, so a buffer never
 //!   outlives its memory.
@@ -27,11 +29,11 @@ use crate::error::{Error, ErrorKind};
 use crate::pd::ProtectionDomain;
 use crate::raw::{PageMemory, RawMr};
 use crate::site;
-use crate::tlsf::{Stats, Tlsf, TlsfConfig, TlsfError};
+use crate::tlsf::{Allocation, Stats, Tlsf, TlsfConfig, TlsfError};
 
 use super::contract::{HostBuf, NicBuf};
 use super::region::Access;
-use super::ret_stack::ReturnStack;
+use super::ret_stack::{Cursor, ReturnStack};
 
 /// How to build an arena.
 #[derive(Clone, Copy, Debug)]
@@ -92,6 +94,8 @@ pub struct Arena {
     tlsf: Tlsf,
     /// Boxed and leaked at creation; freed by `Drop` only when no buffer is left.
     shared: NonNull<ArenaShared>,
+    /// Where this owner is in the return queue.
+    cursor: Cursor,
     default_align: u64,
 }
 
@@ -115,15 +119,17 @@ impl Arena {
         // own ranges, and lend slices only when `access` lets no peer write
         // the whole region (`ArenaBuf::peer_writable`).
         let raw = unsafe { RawMr::register(&pd.raw, memory, access) }.map_err(|(e, _)| e)?;
+        let (returned, cursor) = ReturnStack::new(tlsf.max_blocks() as usize);
         let shared = Box::new(ArenaShared {
             raw,
             pd: pd.clone(),
             access,
-            returned: ReturnStack::new(tlsf.max_blocks() as usize),
+            returned,
         });
         Ok(Arena {
             tlsf,
             shared: NonNull::from(Box::leak(shared)),
+            cursor,
             default_align: config.default_align.max(8),
         })
     }
@@ -140,12 +146,16 @@ impl Arena {
     }
 
     /// A buffer of `len` bytes aligned to `align` (a power of two; at least
-    /// 8 for atomic targets). O(1), no system call, no lock. Exhaustion is
-    /// an error, never a panic.
+    /// 8 for atomic targets). O(1), no system call, no lock, no atomic
+    /// read-modify-write. Exhaustion is an error, never a panic; it is
+    /// reported only after every buffer dropped so far has been taken back.
     #[inline]
     pub fn alloc_aligned(&mut self, len: usize, align: u64) -> Result<ArenaBuf, Error> {
         self.reclaim();
-        let a = self.tlsf.alloc(len as u64, align).map_err(tlsf_error)?;
+        let a = match self.tlsf.alloc(len as u64, align) {
+            Ok(a) => a,
+            Err(_) => self.alloc_after_flush(len, align)?,
+        };
         let slot = self.tlsf.handle_slot(a.handle) as u32;
         Ok(ArenaBuf {
             shared: self.shared,
@@ -156,21 +166,61 @@ impl Arena {
         })
     }
 
-    /// Frees everything buffers dropped (on any thread) since the last call.
+    /// The retry of a failed allocation, with the newest dropped buffer
+    /// taken back too.
+    #[cold]
+    #[inline(never)]
+    fn alloc_after_flush(&mut self, len: usize, align: u64) -> Result<Allocation, Error> {
+        self.flush();
+        self.tlsf.alloc(len as u64, align).map_err(tlsf_error)
+    }
+
+    /// Gives `buf` back at once: for a buffer back on the thread that owns
+    /// the arena, which a drop would send through the return queue (one
+    /// atomic swap, and the allocator's free on the next allocation). A
+    /// buffer of another arena is dropped as usual.
+    #[inline]
+    pub fn free(&mut self, buf: ArenaBuf) {
+        if buf.shared != self.shared {
+            drop(buf);
+            return;
+        }
+        let handle = buf.handle;
+        // Its range goes back to the allocator here instead of through the
+        // queue; nothing else of the buffer needs dropping.
+        core::mem::forget(buf);
+        let freed = self.tlsf.free(handle);
+        debug_assert!(freed.is_ok(), "a buffer's handle is live");
+    }
+
+    /// Frees what buffers dropped (on any thread) since the last call, but
+    /// the newest (see `ret_stack`). Loads and plain stores only.
     #[inline]
     fn reclaim(&mut self) {
         // SAFETY: see `shared`; borrowed apart from `self.tlsf`.
         let shared = unsafe { self.shared.as_ref() };
         let tlsf = &mut self.tlsf;
-        shared.returned.drain(|handle| {
+        shared.returned.drain(&mut self.cursor, |handle| {
             let freed = tlsf.free(handle);
             debug_assert!(freed.is_ok(), "a returned buffer's handle is live");
         });
     }
 
-    /// Bytes in use, free, largest free block, high-water mark, counts.
+    /// As `reclaim`, the newest dropped buffer included (one atomic swap).
+    fn flush(&mut self) {
+        // SAFETY: see `shared`; borrowed apart from `self.tlsf`.
+        let shared = unsafe { self.shared.as_ref() };
+        let tlsf = &mut self.tlsf;
+        shared.returned.flush(&mut self.cursor, |handle| {
+            let freed = tlsf.free(handle);
+            debug_assert!(freed.is_ok(), "a returned buffer's handle is live");
+        });
+    }
+
+    /// Bytes in use, free, largest free block, high-water mark, counts,
+    /// with every buffer dropped so far taken back.
     pub fn stats(&mut self) -> Stats {
-        self.reclaim();
+        self.flush();
         self.tlsf.stats()
     }
 
@@ -209,14 +259,15 @@ impl Arena {
 
 impl Drop for Arena {
     fn drop(&mut self) {
-        self.reclaim();
+        self.flush();
         if self.tlsf.alloc_count() != 0 {
             // A buffer is alive (held, in flight, forgotten or leaked with a
             // queue whose destroy failed): its memory must stay.
             return;
         }
         // SAFETY: leaked by `new`, reclaimed once; no buffer is left to use
-        // it (every handle came back through the stack, drained above).
+        // it (every handle came back, through the queue, drained above, or
+        // through `free`), and a drop's last access to it is its push.
         drop(unsafe { Box::from_raw(self.shared.as_ptr()) });
     }
 }
@@ -264,7 +315,7 @@ pub struct ArenaBuf {
 }
 
 // SAFETY: the buffer owns its range; the shared part is only read (keys,
-// addresses) and pushed to through an atomic stack.
+// addresses) and pushed to through the atomic return queue.
 unsafe impl Send for ArenaBuf {}
 // SAFETY: `&ArenaBuf` allows volatile copies out and, when no peer can
 // write, shared slices of memory nothing else writes.
@@ -293,7 +344,7 @@ impl core::fmt::Debug for ArenaBuf {
 
 impl Drop for ArenaBuf {
     fn drop(&mut self) {
-        // Lock-free: the owner frees it on its next allocation. Nothing of
+        // Wait-free: the owner frees it on a later allocation. Nothing of
         // the shared part is touched after the push.
         self.shared().returned.push(self.handle, self.slot);
     }

@@ -1,9 +1,20 @@
-//! A lock-free stack of freed buffer handles: any thread pushes (a buffer's
-//! drop), the arena's owner takes everything at once (its next allocation).
+//! How dropped buffers get back to their arena: a multi-producer,
+//! single-consumer queue of freed handles (Vyukov's intrusive queue), linked
+//! through a fixed table indexed by the handle's allocator slot, which is
+//! unique among live buffers, so a push never allocates.
 //!
-//! Links live in a fixed table indexed by the handle's allocator slot, which
-//! is unique among live buffers, so a push never allocates. Taking the whole
-//! list with one `swap` means there is no pop, hence no ABA problem.
+//! - A push (a buffer's drop, on any thread) is one atomic swap and three
+//!   stores: wait-free, no retry loop.
+//! - The owner takes entries with loads and plain stores only, so the
+//!   arena's allocation does no atomic read-modify-write. Its position, the
+//!   [`Cursor`], is its own, not shared.
+//! - The entry the cursor stands on has been read but its handle not freed:
+//!   freeing it would let the allocator hand its slot out again, and that
+//!   buffer's drop would re-push an entry the queue still links from. So the
+//!   last returned handle waits until another is returned, or until
+//!   [`ReturnStack::flush`] moves the cursor past it onto the table's extra
+//!   entry (the stub) with one swap of its own: for statistics, for a retry
+//!   after exhaustion, and when the arena is dropped.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -12,60 +23,97 @@ use core::sync::atomic::{AtomicU32, Ordering};
 const NIL: u32 = u32::MAX;
 
 pub(crate) struct ReturnStack {
-    head: AtomicU32,
-    /// Per slot: the next slot in the stack.
+    /// The producers' end: the entry pushed last.
+    last: AtomicU32,
+    /// Per slot, then the stub: the entry pushed after it.
     next: Box<[AtomicU32]>,
     /// Per slot: the full handle (slot + generation) to free.
     handle: Box<[AtomicU32]>,
 }
 
+/// The consumer's position, kept by the owner.
+pub(crate) struct Cursor {
+    /// The entry last taken (its handle not freed yet, unless the stub).
+    at: u32,
+    /// The stub is in the queue ahead of the cursor.
+    stub_queued: bool,
+}
+
 impl ReturnStack {
-    pub(crate) fn new(slots: usize) -> ReturnStack {
-        let table = || {
-            (0..slots)
+    /// A queue for `slots` slots, and its consumer's cursor.
+    pub(crate) fn new(slots: usize) -> (ReturnStack, Cursor) {
+        let table = |n| {
+            (0..n)
                 .map(|_| AtomicU32::new(NIL))
                 .collect::<Vec<_>>()
                 .into_boxed_slice()
         };
-        ReturnStack {
-            head: AtomicU32::new(NIL),
-            next: table(),
-            handle: table(),
-        }
+        let stub = slots as u32;
+        let queue = ReturnStack {
+            last: AtomicU32::new(stub),
+            next: table(slots + 1),
+            handle: table(slots),
+        };
+        let cursor = Cursor {
+            at: stub,
+            stub_queued: false,
+        };
+        (queue, cursor)
     }
 
-    /// Pushes a freed handle. Lock-free, allocation-free.
+    fn stub(&self) -> u32 {
+        self.handle.len() as u32
+    }
+
+    /// Queues a freed handle. Wait-free, allocation-free.
     #[inline]
     pub(crate) fn push(&self, handle: u32, slot: u32) {
-        let i = slot as usize;
-        self.handle[i].store(handle, Ordering::Relaxed);
-        let mut head = self.head.load(Ordering::Relaxed);
+        self.handle[slot as usize].store(handle, Ordering::Relaxed);
+        self.link(slot);
+    }
+
+    /// Appends entry `slot`. The swap is AcqRel: Release so that the next
+    /// producer, linking after this entry, writes its `next` after the reset
+    /// below; Acquire for the same with the previous producer.
+    #[inline]
+    fn link(&self, slot: u32) {
+        self.next[slot as usize].store(NIL, Ordering::Relaxed);
+        let prev = self.last.swap(slot, Ordering::AcqRel);
+        // Release: the stores above are visible to the consumer that reads
+        // this link. Nothing of the queue is touched after it.
+        self.next[prev as usize].store(slot, Ordering::Release);
+    }
+
+    /// Frees, through `free`, every handle returned since the last call but
+    /// the newest (see the module docs). Loads and plain stores only.
+    #[inline]
+    pub(crate) fn drain(&self, cursor: &mut Cursor, mut free: impl FnMut(u32)) {
+        let stub = self.stub();
         loop {
-            self.next[i].store(head, Ordering::Relaxed);
-            // Release: the stores above are visible to whoever takes the list.
-            match self
-                .head
-                .compare_exchange_weak(head, slot, Ordering::Release, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(now) => head = now,
+            let next = self.next[cursor.at as usize].load(Ordering::Acquire);
+            if next == NIL {
+                return;
+            }
+            let done = core::mem::replace(&mut cursor.at, next);
+            if done != stub {
+                free(self.handle[done as usize].load(Ordering::Relaxed));
+            }
+            if next == stub {
+                cursor.stub_queued = false;
             }
         }
     }
 
-    /// Takes every pushed handle and passes each to `free`.
-    #[inline]
-    pub(crate) fn drain(&self, mut free: impl FnMut(u32)) {
-        if self.head.load(Ordering::Relaxed) == NIL {
-            return;
+    /// [`drain`](Self::drain), the newest handle included: queues the stub
+    /// (one swap) and drains up to it. A drop still in the middle of its
+    /// push on another thread is left for later.
+    #[cold]
+    pub(crate) fn flush(&self, cursor: &mut Cursor, mut free: impl FnMut(u32)) {
+        if cursor.at != self.stub() && !cursor.stub_queued {
+            self.link(self.stub());
+            cursor.stub_queued = true;
         }
-        let mut cur = self.head.swap(NIL, Ordering::Acquire);
-        while cur != NIL {
-            let i = cur as usize;
-            let handle = self.handle[i].load(Ordering::Relaxed);
-            cur = self.next[i].load(Ordering::Relaxed);
-            free(handle);
-        }
+        self.drain(cursor, &mut free);
     }
 }
 
@@ -74,9 +122,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pushes_from_many_threads_are_all_drained_once() {
+    fn pushes_from_many_threads_are_all_freed_once() {
         extern crate std;
-        let stack = std::sync::Arc::new(ReturnStack::new(4000));
+        let (stack, mut cursor) = ReturnStack::new(4000);
+        let stack = std::sync::Arc::new(stack);
         let threads: Vec<_> = (0..4u32)
             .map(|t| {
                 let s = stack.clone();
@@ -87,11 +136,49 @@ mod tests {
             .collect();
         let mut seen = Vec::new();
         for t in threads {
+            stack.drain(&mut cursor, |h| seen.push(h));
             t.join().unwrap();
-            stack.drain(|h| seen.push(h));
         }
-        stack.drain(|h| seen.push(h));
+        stack.drain(&mut cursor, |h| seen.push(h));
+        assert_eq!(seen.len(), 3999, "the newest waits for the next return");
+        stack.flush(&mut cursor, |h| seen.push(h));
         seen.sort_unstable();
         assert_eq!(seen, (0..4000).map(|i| 100_000 + i).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn slots_are_reused_after_their_handle_is_freed() {
+        // The owner frees a handle, reallocates its slot, and the new
+        // buffer comes back: every push is taken exactly once.
+        let (stack, mut cursor) = ReturnStack::new(3);
+        let mut freed = Vec::new();
+        let mut live = [0u32, 1, 2];
+        let mut generation = 0;
+        for round in 0..50u32 {
+            let slot = round % 3;
+            stack.push(live[slot as usize], slot);
+            let mut got = Vec::new();
+            if round % 7 == 6 {
+                stack.flush(&mut cursor, |h| got.push(h));
+            } else {
+                stack.drain(&mut cursor, |h| got.push(h));
+            }
+            for h in got {
+                // Reallocate the freed slot with a new generation.
+                let s = (h & 3) as usize;
+                generation += 4;
+                live[s] = generation | s as u32;
+                freed.push(h);
+            }
+        }
+        stack.flush(&mut cursor, |h| freed.push(h));
+        assert_eq!(freed.len(), 50);
+        let mut unique = freed.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), 50, "no handle taken twice");
+        let mut again = Vec::new();
+        stack.flush(&mut cursor, |h| again.push(h));
+        assert!(again.is_empty(), "a second flush finds nothing");
     }
 }
