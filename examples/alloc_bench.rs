@@ -1,7 +1,10 @@
-//! Host micro-benchmark: the TLSF offset allocator against the system
-//! allocator, no dependencies.
+//! Micro-benchmark: the TLSF offset allocator and the arena built on it
+//! against the system allocator, no dependencies.
 //!
-//! Run with `cargo run --release --example alloc_bench`.
+//! Run with `cargo run --release --example alloc_bench` (`--mix small`,
+//! `--only Tlsf --only system`: some rows only). Count instructions with
+//! `valgrind --tool=callgrind --toggle-collect='*measure*'` (divide by
+//! `STEPS`): steadier than time on a shared machine.
 //!
 //! Each run keeps a window of `WINDOW` live allocations and, at every step,
 //! frees a randomly chosen one and allocates a replacement of a random size
@@ -12,17 +15,33 @@
 //! over all batches. Neither side touches the memory: the TLSF only hands out
 //! offsets, and the system allocator's blocks are not written.
 //!
-//! Rows: `Tlsf` (single owner, no lock), `SharedTlsf` (the same behind an
-//! uncontended mutex) and `system` (`std::alloc::alloc`/`dealloc` with the same
-//! `Layout`s). The `SharedTlsf` row needs the crate's `std` feature (default).
+//! Rows:
+//!
+//! - `Tlsf`: single owner, no lock, no atomic.
+//! - `SharedTlsf`: `Tlsf` behind an uncontended mutex (feature `std`).
+//! - `Tlsf+swap`: `Tlsf` plus one atomic swap per free, a host model of
+//!   what a dropped `ArenaBuf` adds: its drop pushes its handle on the
+//!   arena's return queue (one swap and three stores, wait-free), and the
+//!   next allocation takes it back with loads (no atomic read-modify-write)
+//!   and frees it in the `Tlsf`.
+//! - `Arena`, `Arena.free` (small mix only): the real arena, alloc and drop,
+//!   or alloc and [`Arena::free`] (a same-thread free: no atomic at all).
+//!   They need an RDMA device, since an arena registers its memory, and are
+//!   skipped without one. Under `tests/softroce/cargo run --release
+//!   --example alloc_bench` they run in the QEMU guest, where TCG emulation
+//!   makes every row several times slower: compare them with that run's
+//!   `Tlsf` row, not with a host run.
+//! - `system`: `std::alloc::alloc`/`dealloc` with the same `Layout`s.
 
 use std::alloc::{alloc, dealloc, handle_alloc_error, Layout};
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
 #[cfg(feature = "std")]
 use verbs::tlsf::SharedTlsf;
 use verbs::tlsf::{Tlsf, TlsfConfig};
+use verbs::{Arena, ArenaBuf, ArenaConfig, Context, ProtectionDomain};
 
 /// Live allocations kept at every step.
 const WINDOW: usize = 1024;
@@ -115,7 +134,7 @@ fn sequence(mix: &Mix, seed: u64) -> (Vec<Layout>, Vec<Step>) {
 /// implementation is inlined into the timed loop, as a direct call in the
 /// caller's code would be.
 trait Bench {
-    type Token: Copy;
+    type Token;
     fn alloc(&mut self, layout: Layout) -> Self::Token;
     fn free(&mut self, token: Self::Token, layout: Layout);
 }
@@ -179,18 +198,76 @@ impl Bench for System {
     }
 }
 
+/// `Tlsf` plus the atomic swap an `ArenaBuf`'s drop does.
+struct TlsfSwap {
+    tlsf: Tlsf,
+    last: AtomicU32,
+}
+
+impl Bench for TlsfSwap {
+    type Token = u32;
+    #[inline(always)]
+    fn alloc(&mut self, layout: Layout) -> u32 {
+        Bench::alloc(&mut self.tlsf, layout)
+    }
+    #[inline(always)]
+    fn free(&mut self, token: u32, layout: Layout) {
+        black_box(self.last.swap(token, Ordering::AcqRel));
+        Bench::free(&mut self.tlsf, token, layout);
+    }
+}
+
+/// An arena whose buffers are dropped (from the owner's thread).
+struct ArenaDrop(Arena);
+
+#[inline(always)]
+fn arena_alloc(arena: &mut Arena, layout: Layout) -> ArenaBuf {
+    match arena.alloc_aligned(layout.size(), layout.align() as u64) {
+        Ok(buf) => buf,
+        Err(e) => panic!("arena alloc of {layout:?} failed: {e}"),
+    }
+}
+
+impl Bench for ArenaDrop {
+    type Token = ArenaBuf;
+    #[inline(always)]
+    fn alloc(&mut self, layout: Layout) -> ArenaBuf {
+        arena_alloc(&mut self.0, layout)
+    }
+    #[inline(always)]
+    fn free(&mut self, token: ArenaBuf, _: Layout) {
+        drop(token);
+    }
+}
+
+/// An arena whose buffers are given back with `Arena::free`.
+struct ArenaFree(Arena);
+
+impl Bench for ArenaFree {
+    type Token = ArenaBuf;
+    #[inline(always)]
+    fn alloc(&mut self, layout: Layout) -> ArenaBuf {
+        arena_alloc(&mut self.0, layout)
+    }
+    #[inline(always)]
+    fn free(&mut self, token: ArenaBuf, _: Layout) {
+        self.0.free(token);
+    }
+}
+
 /// Replays the sequence; returns ns per step for every measured batch, sorted.
 fn run<B: Bench>(b: &mut B, fill: &[Layout], steps: &[Step]) -> Vec<f64> {
-    let mut live: Vec<(B::Token, Layout)> = fill.iter().map(|&l| (b.alloc(l), l)).collect();
+    let mut live: Vec<Option<(B::Token, Layout)>> =
+        fill.iter().map(|&l| Some((b.alloc(l), l))).collect();
     let (warmup, measured) = steps.split_at(WARMUP);
     for s in warmup {
-        let (token, layout) = live[s.slot];
+        let (token, layout) = live[s.slot].take().expect("a live slot");
         b.free(token, layout);
-        live[s.slot] = (b.alloc(s.layout), s.layout);
+        live[s.slot] = Some((b.alloc(s.layout), s.layout));
     }
     let mut samples = Vec::with_capacity(measured.len() / BATCH + 1);
     measure(b, &mut live, measured, &mut samples);
-    for (token, layout) in live {
+    for (token, layout) in live.into_iter().flatten() {
         b.free(token, layout);
     }
     samples.sort_by(f64::total_cmp);
@@ -203,16 +280,16 @@ fn run<B: Bench>(b: &mut B, fill: &[Layout], steps: &[Step]) -> Vec<f64> {
 #[inline(never)]
 fn measure<B: Bench>(
     b: &mut B,
-    live: &mut [(B::Token, Layout)],
+    live: &mut [Option<(B::Token, Layout)>],
     measured: &[Step],
     samples: &mut Vec<f64>,
 ) {
     for batch in measured.chunks(BATCH) {
         let start = Instant::now();
         for s in batch {
-            let (token, layout) = live[s.slot];
+            let (token, layout) = live[s.slot].take().expect("a live slot");
             b.free(black_box(token), layout);
-            live[s.slot] = (black_box(b.alloc(black_box(s.layout))), s.layout);
+            live[s.slot] = Some((black_box(b.alloc(black_box(s.layout))), s.layout));
         }
         samples.push(start.elapsed().as_nanos() as f64 / batch.len() as f64);
     }
@@ -264,6 +341,19 @@ impl Filter {
 fn main() {
     let filter = Filter::from_args();
     let config = TlsfConfig::new().with_max_live(WINDOW as u32 + 1);
+    // The arena rows (small mix): a device's protection domain, if any.
+    let pd = match Context::open(None).and_then(|ctx| ProtectionDomain::new(&ctx)) {
+        Ok(pd) => Some(pd),
+        Err(e) => {
+            println!("(no Arena rows: they need an RDMA device: {e})");
+            None
+        }
+    };
+    let arena_config = ArenaConfig {
+        capacity: 64 << 20,
+        max_buffers: WINDOW as u32 + 1,
+        ..ArenaConfig::default()
+    };
     println!(
         "alloc_bench: window {WINDOW} live, {STEPS} replace steps (free + alloc) per run \
          after {WARMUP} warm-up, timed in batches of {BATCH}; ns per step"
@@ -290,6 +380,25 @@ fn main() {
         if filter.row("SharedTlsf") {
             let mut shared = SharedTlsf::new(CAPACITY, config).expect("shared tlsf");
             rows.push(("SharedTlsf", run(&mut shared, &fill, &steps)));
+        }
+        if filter.row("Tlsf+swap") {
+            let mut swap = TlsfSwap {
+                tlsf: Tlsf::new(CAPACITY, config).expect("tlsf"),
+                last: AtomicU32::new(0),
+            };
+            rows.push(("Tlsf+swap", run(&mut swap, &fill, &steps)));
+        }
+        if i == 0 {
+            if let Some(pd) = &pd {
+                if filter.row("Arena") {
+                    let mut arena = ArenaDrop(Arena::new(pd, &arena_config).expect("arena"));
+                    rows.push(("Arena", run(&mut arena, &fill, &steps)));
+                }
+                if filter.row("Arena.free") {
+                    let mut arena = ArenaFree(Arena::new(pd, &arena_config).expect("arena"));
+                    rows.push(("Arena.free", run(&mut arena, &fill, &steps)));
+                }
+            }
         }
         if filter.row("system") {
             rows.push(("system", run(&mut System, &fill, &steps)));
