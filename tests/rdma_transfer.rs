@@ -42,14 +42,26 @@ impl Peers {
 }
 
 impl PeerControl for Peers {
+    /// Replaces the peer's end with a fresh queue pair, as the transfer
+    /// did with its own (see `PeerControl`).
     fn reconnect(&mut self, path: usize, ours: &Endpoint) -> Option<Endpoint> {
         self.reconnects += 1;
-        let (engine, qp, region) = self.locate(path);
-        engine.reset(qp, support::deadline(), |_| {}).ok()?;
-        let mut mine = engine.endpoint(qp).ok()?;
-        mine.regions.push(region.remote()?);
-        engine.connect(qp, ours).ok()?;
+        let (engine, old, region) = self.locate(path);
+        let remote = region.remote()?;
+        engine.remove_qp(old).ok()?;
+        let fresh = engine.add_qp(&qp_config()).ok()?;
+        let mut mine = engine.endpoint(fresh).ok()?;
+        mine.regions.push(remote);
+        engine.connect(fresh, ours).ok()?;
+        self.qps[path] = fresh;
         Some(mine)
+    }
+}
+
+fn qp_config() -> QpConfig {
+    QpConfig {
+        remote_access: Access::REMOTE_WRITE | Access::REMOTE_READ,
+        ..QpConfig::default()
     }
 }
 
@@ -77,13 +89,11 @@ fn bed(test: &str, op: TransferOp) -> Bed {
         len: LEN,
         chunk_len: CHUNK,
         paths: options(),
+        qp: qp_config(),
         ..TransferConfig::default()
     };
     let access = Access::REMOTE_WRITE | Access::REMOTE_READ;
-    let qp_config = QpConfig {
-        remote_access: access,
-        ..QpConfig::default()
-    };
+    let qp_config = qp_config();
     let mut peers = Peers {
         engines: Vec::new(),
         regions: Vec::new(),

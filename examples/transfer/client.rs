@@ -53,6 +53,10 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
             ..PathOptions::default()
         },
         readmit: opts.readmit,
+        qp: QpConfig {
+            max_send_wr: (opts.depth * 2 + 4).max(16),
+            ..QpConfig::default()
+        },
         ..TransferConfig::default()
     };
     config.paths.retry.validate()?;
@@ -109,10 +113,7 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
     let source_sum = sum.value();
 
     // Connect every path: plane-major, the server's order.
-    let qp_config = QpConfig {
-        max_send_wr: (opts.depth * 2 + 4).max(16),
-        ..QpConfig::default()
-    };
+    let qp_config = config.qp;
     let mut paths = Vec::new();
     let mut remotes = Vec::new();
     let deadline = Deadline::after(Duration::from_secs(60));

@@ -103,8 +103,9 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
     }
 }
 
-/// The client lost path `path` and reset its end: reset ours (whatever
-/// state the failure left it in), exchange endpoints again, connect.
+/// The client lost path `path` and replaced its end with a fresh queue
+/// pair: replace ours too (a new QPN, so nothing of the old connection
+/// reaches the new one), exchange endpoints again, connect.
 fn repath(
     planes: &mut [Plane],
     qps: usize,
@@ -112,19 +113,20 @@ fn repath(
     session: &mut Session,
 ) -> Result<(), BoxError> {
     let plane = planes.get_mut(path / qps.max(1)).ok_or("no such path")?;
-    let qp = plane.qps[path % qps];
-    let was = plane.engine.query(qp).map(|a| a.state.to_string());
-    plane
-        .engine
-        .reset(qp, Deadline::after(Duration::from_secs(1)), |_| {})?;
-    let mut ours = plane.engine.endpoint(qp)?;
+    let old = plane.qps[path % qps];
+    let was = plane.engine.query(old).map(|a| a.state.to_string());
+    let removed = plane.engine.remove_qp(old);
+    let fresh = plane.engine.add_qp(&qp_config())?;
+    plane.qps[path % qps] = fresh;
+    let mut ours = plane.engine.endpoint(fresh)?;
     ours.regions
         .push(plane.region.remote().ok_or("region not shared")?);
     let peer = session.server_exchange(&ours, None, Deadline::after(Duration::from_secs(2)))?;
-    let connected = plane.engine.connect(qp, &peer);
+    let connected = plane.engine.connect(fresh, &peer);
     println!(
-        "server: path {path} reset (was {}) and reconnected: {}",
+        "server: path {path} replaced (old QP was {}{}), new QP connected: {}",
         was.unwrap_or_else(|e| e.to_string()),
+        removed.map_or_else(|e| format!(", its destroy failed: {e}"), |_| String::new()),
         connected
             .as_ref()
             .map_or_else(|e| e.to_string(), |_| "ok".into())
@@ -132,17 +134,20 @@ fn repath(
     Ok(())
 }
 
+fn qp_config() -> QpConfig {
+    QpConfig {
+        remote_access: Access::REMOTE_WRITE | Access::REMOTE_READ,
+        ..QpConfig::default()
+    }
+}
+
 fn open_plane(dev: &str, len: usize, qps: usize) -> Result<Plane, BoxError> {
     let ctx = Context::open(Some(dev))?;
     let pd = ProtectionDomain::new(&ctx)?;
     let region = MemoryRegion::with_access(&pd, len, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
     let mut engine = Engine::new(&pd, &EngineConfig::default())?;
-    let config = QpConfig {
-        remote_access: Access::REMOTE_WRITE | Access::REMOTE_READ,
-        ..QpConfig::default()
-    };
     let qps = (0..qps)
-        .map(|_| engine.add_qp(&config))
+        .map(|_| engine.add_qp(&qp_config()))
         .collect::<Result<_, _>>()?;
     Ok(Plane {
         engine,

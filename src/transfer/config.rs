@@ -7,7 +7,7 @@ use alloc::vec::Vec;
 use core::time::Duration;
 
 use crate::endpoint::{Endpoint, RemoteRegion};
-use crate::engine::Engine;
+use crate::engine::{Engine, QpConfig};
 
 use super::bound::PathOptions;
 
@@ -50,6 +50,9 @@ pub struct TransferConfig {
     pub probe_backoff_max: Duration,
     /// Probe and re-admit failed paths (else a failed path stays down).
     pub readmit: bool,
+    /// How a failed path's replacement queue pair is made (see
+    /// [`PeerControl`]); `max_send_wr` must exceed `depth`.
+    pub qp: QpConfig,
     /// Read the planes' asynchronous events while running, and fail a
     /// plane's paths on `PORT_ERR` (the events are consumed: another
     /// reader of the same contexts would miss them).
@@ -67,6 +70,7 @@ impl Default for TransferConfig {
             probe_backoff: Duration::from_millis(200),
             probe_backoff_max: Duration::from_secs(2),
             readmit: true,
+            qp: QpConfig::default(),
             port_events: true,
         }
     }
@@ -112,9 +116,18 @@ pub struct Plane<B> {
     pub remote: RemoteRegion,
 }
 
-/// The peer's half of bringing a failed path back: the transfer has reset
-/// its queue pair (same QPN, new PSN); the peer must reset its own end of
-/// the path and connect it to `ours`, then answer with its endpoint.
+/// The peer's half of bringing a failed path back: the transfer has
+/// replaced its failed queue pair with a fresh one (`ours`); the peer must
+/// do the same with its end of the path (destroy it, create a new one),
+/// connect the new one to `ours`, and answer with its endpoint.
+///
+/// Fresh queue pairs, not the old ones reset: a reset queue pair keeps its
+/// QPN, so packets of its earlier life still in the network (a request, an
+/// ACK delayed behind a stalled host) reach the new connection, and an old
+/// ACK whose PSN happens to lie ahead can complete a new request whose
+/// data never arrived. Seen on Soft-RoCE: after a spurious watchdog reset
+/// of a slow but live path, the transfer completed and one chunk at the
+/// peer was wrong. A new QPN leaves the old packets nowhere to land.
 /// Called from [`super::Transfer::step`]; blocking there holds up the
 /// other paths, so an implementation should answer within milliseconds
 /// or give up (`None`, retried after the backoff).

@@ -43,8 +43,9 @@
 //! a link loss, `FAULTS.md`). Its queue pair is reset at once: every
 //! request it held comes back flushed, each chunk waits again at the front
 //! of the queue and goes out on the paths still up. After a backoff, and
-//! only while its port is active, the peer is asked ([`PeerControl`]) to
-//! reset its end and both ends connect again (same QPNs, new PSNs); a
+//! only while its port is active, a fresh queue pair replaces it, the
+//! peer is asked ([`PeerControl`]) to replace its end too, both connect
+//! (new QPNs, so no packet of the old connection can land in the new); a
 //! zero-length RDMA Write probes the path, and its success re-admits it.
 //!
 //! Re-posting is safe because chunks are one-sided Writes or Reads of

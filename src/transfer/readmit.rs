@@ -119,8 +119,8 @@ impl<B: NicBuf> Transfer<B> {
 
     /// Resets every path marked failing: ERR flushes what it held (each
     /// chunk waits again, its buffer back in its slot), RESET and INIT make
-    /// it ready to reconnect with the same QPN. It is then down until its
-    /// next probe.
+    /// it inert (packets still arriving for it are dropped). It is then
+    /// down until its next probe replaces it.
     fn reset_failed(&mut self, now: Instant) -> Result<(), Error> {
         for index in 0..self.paths.len() {
             if !self.paths[index].failing {
@@ -170,8 +170,8 @@ impl<B: NicBuf> Transfer<B> {
     }
 
     /// Probes every down path whose time has come and whose port is
-    /// active: the peer resets and reconnects its end, this end connects
-    /// to the peer's new endpoint, and a zero-length RDMA Write (no
+    /// active: its queue pair is replaced by a fresh one, the peer replaces
+    /// and connects its end, this end connects to the peer's new endpoint, and a zero-length RDMA Write (no
     /// buffer, no bytes touched) crosses the path. Its success re-admits
     /// the path (in `settle`); its failure or silence fails it again.
     fn probe_due(&mut self, now: Instant, control: &mut impl PeerControl) -> Result<(), Error> {
@@ -188,11 +188,20 @@ impl<B: NicBuf> Transfer<B> {
                 .query_port(port)
                 .is_ok_and(|a| a.state() == PortState::ACTIVE);
             let peer = if active {
-                let ours: Endpoint = self.planes[plane].engine.endpoint(qp)?;
+                // A fresh queue pair: see `PeerControl` for why not the old one.
+                let engine = &mut self.planes[plane].engine;
+                // The old one holds nothing (reset; or removed by an earlier
+                // try); a failed destroy leaks it. Removed first, so its
+                // completion queue room goes to the new one.
+                let _ = engine.remove_qp(qp);
+                let fresh = engine.add_qp(&self.config.qp)?;
+                self.paths[index].stats.qp = fresh;
+                let ours: Endpoint = engine.endpoint(fresh)?;
                 control.reconnect(index, &ours)
             } else {
                 None
             };
+            let qp = self.paths[index].stats.qp;
             let path = &mut self.paths[index];
             let Some(peer) = peer else {
                 // The port is down or the peer could not answer: later.

@@ -124,6 +124,12 @@ impl<B: NicBuf> Transfer<B> {
                 }
             }
         }
+        if config.qp.max_send_wr <= config.depth {
+            return Err(Error::invalid(site!(
+                "Transfer::new",
+                "replacement queue pairs (TransferConfig::qp) need max_send_wr above depth"
+            )));
+        }
         let now = Instant::now();
         let mut built = Vec::with_capacity(paths.len());
         for (i, &(plane, qp)) in paths.iter().enumerate() {
