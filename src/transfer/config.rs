@@ -125,9 +125,11 @@ pub struct Plane<B> {
 /// QPN, so packets of its earlier life still in the network (a request, an
 /// ACK delayed behind a stalled host) reach the new connection, and an old
 /// ACK whose PSN happens to lie ahead can complete a new request whose
-/// data never arrived. Seen on Soft-RoCE: after a spurious watchdog reset
-/// of a slow but live path, the transfer completed and one chunk at the
-/// peer was wrong. A new QPN leaves the old packets nowhere to land.
+/// data never arrived. On Soft-RoCE, after the watchdog failed slow but
+/// live paths on a starved host and they were re-admitted on their old
+/// QPNs, the transfer completed and the peer's checksum differed (the
+/// cause above is the likely one, not proven). A new QPN leaves the old
+/// packets nowhere to land.
 /// Called from [`super::Transfer::step`]; blocking there holds up the
 /// other paths, so an implementation should answer within milliseconds
 /// or give up (`None`, retried after the backoff).
