@@ -11,7 +11,7 @@
 //!   owner drains on its next allocation; [`Arena::free`] gives one back
 //!   on the owner's thread with no atomic at all. It is a [`NicBuf`], so it
 //!   moves into the queue pair while in flight.
-//! - The registration and the return stack are freed with the arena only
+//! - The registration and the return queue are freed with the arena only
 //!   when no buffer is left; otherwise they are leaked, so a buffer never
 //!   outlives its memory.
 //! - [`SharedArena`] (std): the arena behind a mutex, for many allocating
@@ -33,7 +33,7 @@ use crate::tlsf::{Allocation, Stats, Tlsf, TlsfConfig, TlsfError};
 
 use super::contract::{HostBuf, NicBuf};
 use super::region::Access;
-use super::ret_stack::{Cursor, ReturnStack};
+use super::ret_stack::{Cursor, ReturnQueue};
 
 /// How to build an arena.
 #[derive(Clone, Copy, Debug)]
@@ -68,13 +68,13 @@ impl Default for ArenaConfig {
     }
 }
 
-/// The registered region and the return stack, shared by the arena and
+/// The registered region and the return queue, shared by the arena and
 /// every buffer through a raw pointer (no reference count).
 pub(crate) struct ArenaShared {
     raw: RawMr<PageMemory>,
     pub(crate) pd: ProtectionDomain,
     access: Access,
-    returned: ReturnStack,
+    returned: ReturnQueue,
 }
 
 impl ArenaShared {
@@ -119,7 +119,7 @@ impl Arena {
         // own ranges, and lend slices only when `access` lets no peer write
         // the whole region (`ArenaBuf::peer_writable`).
         let raw = unsafe { RawMr::register(&pd.raw, memory, access) }.map_err(|(e, _)| e)?;
-        let (returned, cursor) = ReturnStack::new(tlsf.max_blocks() as usize);
+        let (returned, cursor) = ReturnQueue::new(tlsf.max_blocks() as usize);
         let shared = Box::new(ArenaShared {
             raw,
             pd: pd.clone(),
@@ -310,7 +310,7 @@ pub struct ArenaBuf {
     offset: usize,
     len: usize,
     handle: u32,
-    /// The handle's node-table slot: where the return stack links it.
+    /// The handle's node-table slot: where the return queue links it.
     slot: u32,
 }
 

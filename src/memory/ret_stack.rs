@@ -12,7 +12,7 @@
 //!   freeing it would let the allocator hand its slot out again, and that
 //!   buffer's drop would re-push an entry the queue still links from. So the
 //!   last returned handle waits until another is returned, or until
-//!   [`ReturnStack::flush`] moves the cursor past it onto the table's extra
+//!   [`ReturnQueue::flush`] moves the cursor past it onto the table's extra
 //!   entry (the stub) with one swap of its own: for statistics, for a retry
 //!   after exhaustion, and when the arena is dropped.
 
@@ -22,7 +22,7 @@ use core::sync::atomic::{AtomicU32, Ordering};
 
 const NIL: u32 = u32::MAX;
 
-pub(crate) struct ReturnStack {
+pub(crate) struct ReturnQueue {
     /// The producers' end: the entry pushed last.
     last: AtomicU32,
     /// Per slot, then the stub: the entry pushed after it.
@@ -39,9 +39,9 @@ pub(crate) struct Cursor {
     stub_queued: bool,
 }
 
-impl ReturnStack {
+impl ReturnQueue {
     /// A queue for `slots` slots, and its consumer's cursor.
-    pub(crate) fn new(slots: usize) -> (ReturnStack, Cursor) {
+    pub(crate) fn new(slots: usize) -> (ReturnQueue, Cursor) {
         let table = |n| {
             (0..n)
                 .map(|_| AtomicU32::new(NIL))
@@ -49,7 +49,7 @@ impl ReturnStack {
                 .into_boxed_slice()
         };
         let stub = slots as u32;
-        let queue = ReturnStack {
+        let queue = ReturnQueue {
             last: AtomicU32::new(stub),
             next: table(slots + 1),
             handle: table(slots),
@@ -124,11 +124,11 @@ mod tests {
     #[test]
     fn pushes_from_many_threads_are_all_freed_once() {
         extern crate std;
-        let (stack, mut cursor) = ReturnStack::new(4000);
-        let stack = std::sync::Arc::new(stack);
+        let (queue, mut cursor) = ReturnQueue::new(4000);
+        let queue = std::sync::Arc::new(queue);
         let threads: Vec<_> = (0..4u32)
             .map(|t| {
-                let s = stack.clone();
+                let s = queue.clone();
                 std::thread::spawn(move || {
                     (0..1000u32).for_each(|i| s.push(100_000 + t * 1000 + i, t * 1000 + i))
                 })
@@ -136,32 +136,95 @@ mod tests {
             .collect();
         let mut seen = Vec::new();
         for t in threads {
-            stack.drain(&mut cursor, |h| seen.push(h));
+            queue.drain(&mut cursor, |h| seen.push(h));
             t.join().unwrap();
         }
-        stack.drain(&mut cursor, |h| seen.push(h));
+        queue.drain(&mut cursor, |h| seen.push(h));
         assert_eq!(seen.len(), 3999, "the newest waits for the next return");
-        stack.flush(&mut cursor, |h| seen.push(h));
+        queue.flush(&mut cursor, |h| seen.push(h));
         seen.sort_unstable();
         assert_eq!(seen, (0..4000).map(|i| 100_000 + i).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn slots_reissued_to_other_threads_come_back_once() {
+        // As buffers travel: the owner issues slots to two threads, which
+        // drop (push) them while the owner drains and reissues what it got
+        // back with a new generation. Every issued handle returns once.
+        extern crate std;
+        use std::sync::mpsc;
+        const SLOTS: u32 = 8;
+        let rounds: u32 = if cfg!(miri) { 60 } else { 20_000 };
+        let (queue, mut cursor) = ReturnQueue::new(SLOTS as usize);
+        let queue = std::sync::Arc::new(queue);
+        let (senders, threads): (Vec<_>, Vec<_>) = (0..2)
+            .map(|_| {
+                let (tx, rx) = mpsc::channel::<u32>();
+                let q = queue.clone();
+                let t = std::thread::spawn(move || {
+                    for h in rx {
+                        q.push(h, h % SLOTS);
+                    }
+                });
+                (tx, t)
+            })
+            .unzip();
+        let (mut issued, mut returned) = (0u32, Vec::new());
+        let mut next_gen = [1u32; SLOTS as usize];
+        let mut issue = |slot: u32, issued: &mut u32| {
+            let h = next_gen[slot as usize] * SLOTS + slot;
+            next_gen[slot as usize] += 1;
+            *issued += 1;
+            senders[(h % 2) as usize].send(h).unwrap();
+        };
+        for slot in 0..SLOTS {
+            issue(slot, &mut issued);
+        }
+        let mut idle = 0;
+        while issued < rounds {
+            let mut got = Vec::new();
+            queue.drain(&mut cursor, |h| got.push(h));
+            idle = if got.is_empty() { idle + 1 } else { 0 };
+            assert!(idle < 1_000_000, "returned handles went missing");
+            for h in got {
+                returned.push(h);
+                if issued < rounds {
+                    issue(h % SLOTS, &mut issued);
+                }
+            }
+            std::thread::yield_now();
+        }
+        drop(senders);
+        for t in threads {
+            t.join().unwrap();
+        }
+        queue.flush(&mut cursor, |h| returned.push(h));
+        assert_eq!(
+            returned.len() as u32,
+            issued,
+            "every issued handle came back"
+        );
+        returned.sort_unstable();
+        returned.dedup();
+        assert_eq!(returned.len() as u32, issued, "none came back twice");
     }
 
     #[test]
     fn slots_are_reused_after_their_handle_is_freed() {
         // The owner frees a handle, reallocates its slot, and the new
         // buffer comes back: every push is taken exactly once.
-        let (stack, mut cursor) = ReturnStack::new(3);
+        let (queue, mut cursor) = ReturnQueue::new(3);
         let mut freed = Vec::new();
         let mut live = [0u32, 1, 2];
         let mut generation = 0;
         for round in 0..50u32 {
             let slot = round % 3;
-            stack.push(live[slot as usize], slot);
+            queue.push(live[slot as usize], slot);
             let mut got = Vec::new();
             if round % 7 == 6 {
-                stack.flush(&mut cursor, |h| got.push(h));
+                queue.flush(&mut cursor, |h| got.push(h));
             } else {
-                stack.drain(&mut cursor, |h| got.push(h));
+                queue.drain(&mut cursor, |h| got.push(h));
             }
             for h in got {
                 // Reallocate the freed slot with a new generation.
@@ -171,14 +234,14 @@ mod tests {
                 freed.push(h);
             }
         }
-        stack.flush(&mut cursor, |h| freed.push(h));
+        queue.flush(&mut cursor, |h| freed.push(h));
         assert_eq!(freed.len(), 50);
         let mut unique = freed.clone();
         unique.sort_unstable();
         unique.dedup();
         assert_eq!(unique.len(), 50, "no handle taken twice");
         let mut again = Vec::new();
-        stack.flush(&mut cursor, |h| again.push(h));
+        queue.flush(&mut cursor, |h| again.push(h));
         assert!(again.is_empty(), "a second flush finds nothing");
     }
 }
