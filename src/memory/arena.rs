@@ -343,6 +343,7 @@ impl core::fmt::Debug for ArenaBuf {
 }
 
 impl Drop for ArenaBuf {
+    #[inline]
     fn drop(&mut self) {
         // Wait-free: the owner frees it on a later allocation. Nothing of
         // the shared part is touched after the push.

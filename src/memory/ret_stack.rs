@@ -210,6 +210,48 @@ mod tests {
     }
 
     #[test]
+    fn with_the_allocator_as_the_arena_uses_it() {
+        // Drop = push; allocation = drain, allocate, and on failure flush
+        // and retry: a window of live buffers replaced in random order.
+        use crate::tlsf::{Tlsf, TlsfConfig};
+        let live_max = 64u32;
+        let mut tlsf = Tlsf::new(1 << 20, TlsfConfig::new().with_max_live(live_max + 1)).unwrap();
+        let (queue, mut cursor) = ReturnQueue::new(tlsf.max_blocks() as usize);
+        let alloc = |tlsf: &mut Tlsf, cursor: &mut Cursor, size: u64| {
+            queue.drain(cursor, |h| tlsf.free(h).unwrap());
+            let a = match tlsf.alloc(size, 64) {
+                Ok(a) => a,
+                Err(_) => {
+                    queue.flush(cursor, |h| tlsf.free(h).unwrap());
+                    tlsf.alloc(size, 64).unwrap()
+                }
+            };
+            (a.handle, tlsf.handle_slot(a.handle) as u32)
+        };
+        let mut seed = 7u64;
+        let mut rand = move || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            seed >> 33
+        };
+        let mut live: Vec<_> = (0..live_max)
+            .map(|_| alloc(&mut tlsf, &mut cursor, 8 + rand() % 8192))
+            .collect();
+        let steps = if cfg!(miri) { 300 } else { 100_000 };
+        for _ in 0..steps {
+            let i = (rand() % u64::from(live_max)) as usize;
+            let (handle, slot) = live[i];
+            queue.push(handle, slot);
+            live[i] = alloc(&mut tlsf, &mut cursor, 8 + rand() % 8192);
+        }
+        for (handle, slot) in live {
+            queue.push(handle, slot);
+        }
+        queue.flush(&mut cursor, |h| tlsf.free(h).unwrap());
+        assert_eq!(tlsf.alloc_count(), 0, "everything came back");
+        tlsf.check_invariants().unwrap();
+    }
+
+    #[test]
     fn slots_are_reused_after_their_handle_is_freed() {
         // The owner frees a handle, reallocates its slot, and the new
         // buffer comes back: every push is taken exactly once.
