@@ -4,22 +4,27 @@
 //! checksums with the server and prints the figures of the run.
 
 use std::io::{IsTerminal, Write};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use verbs::exchange;
-use verbs::transfer::{PathOptions, Plane, RetryPolicy, Transfer, TransferConfig, TransferOp};
+use verbs::transfer::{
+    PathOptions, PathState, Plane, RetryPolicy, Transfer, TransferConfig, TransferOp,
+};
 use verbs::{
     Arena, ArenaBuf, ArenaConfig, Context, Deadline, Engine, EngineConfig, HostBuf,
     ProtectionDomain, QpConfig,
 };
 
 use crate::proto::{self, Checksum, Control};
+use crate::report::{progress_line, result_line, Failed, Sample, Trigger};
 use crate::{BoxError, Opts};
 
 /// Longest the whole transfer may take: far beyond any drill case.
 const TRANSFER_LIMIT: Duration = Duration::from_secs(240);
-/// How often the run records (time, bytes) for the figures after a cut.
-const SAMPLE: Duration = Duration::from_millis(20);
+/// How often the run records its bytes (for the figures after a cut) and
+/// checks whether `--at-half` is due.
+const SAMPLE: Duration = Duration::from_millis(5);
 
 pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
     let source = match &opts.file {
@@ -90,6 +95,7 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
         arenas.push(arena);
     }
     let mut sum = Checksum::new();
+    let mut chunk_sums = Vec::with_capacity(chunks);
     let mut scratch = vec![0u8; chunk_len as usize];
     let mut bufs: Vec<Vec<Option<ArenaBuf>>> = (0..devs.len()).map(|_| Vec::new()).collect();
     for c in 0..chunks {
@@ -102,6 +108,7 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
             }
         };
         sum.update(bytes);
+        chunk_sums.push(chunk_sum(bytes));
         for (p, arena) in arenas.iter_mut().enumerate() {
             let mut buf = arena.alloc(n as usize)?;
             if !opts.read {
@@ -174,27 +181,88 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
         bound.watchdog.as_millis(),
         bound.nominal.as_millis()
     );
+    // Started now, waiting on its stdin: starting a program in a busy
+    // guest takes a second or more, which at half way would move the cut.
+    let mut at_half = match &opts.at_half {
+        Some(cmd) => Some(half_command(cmd)?),
+        None => None,
+    };
+    let mut trigger: Trigger = None;
+    let mut failed: Failed = vec![None; paths.len()];
+    let mut failures_then: Vec<u32> = Vec::new();
     let tty = std::io::stdout().is_terminal();
-    let mut samples: Vec<(Instant, u64)> = Vec::with_capacity(1 << 14);
+    let mut samples: Vec<Sample> = Vec::with_capacity(1 << 16);
     let mut last_line = Instant::now();
     let tick = Duration::from_millis(opts.tick_ms);
-    let outcome = {
+    let (mut churn_at, churn_every) = match opts.fail_every {
+        0 => (u64::MAX, 0),
+        mib => (mib << 20, mib << 20),
+    };
+    let outcome: Result<(), verbs::Error> = {
         let mut control = Control {
             session: &mut session,
         };
-        transfer.run(
-            &mut control,
-            Deadline::after(TRANSFER_LIMIT),
-            Duration::from_micros(100),
-            SAMPLE,
-            |t| {
-                samples.push((Instant::now(), t.progress().bytes));
-                if last_line.elapsed() >= tick || t.progress().chunks_done == t.progress().chunks {
+        let deadline = Deadline::after(TRANSFER_LIMIT);
+        let mut last_sample = Instant::now();
+        loop {
+            let step = match transfer.step(&mut control) {
+                Ok(s) => s,
+                Err(e) => break Err(e),
+            };
+            let t = &transfer;
+            if last_sample.elapsed() >= SAMPLE || step.done {
+                last_sample = Instant::now();
+                let sample = Sample::of(t);
+                if trigger.is_none() && sample.bytes * 2 >= t.progress().total {
+                    if let Some(child) = at_half.as_mut() {
+                        if let Some(mut stdin) = child.stdin.take() {
+                            let _ = stdin.write_all(b"half\n");
+                        }
+                        trigger = Some((sample.at, sample.bytes));
+                        failures_then = t.paths().map(|s| s.failures).collect();
+                    }
+                }
+                if samples.len() < samples.capacity() {
+                    samples.push(sample);
+                }
+                if last_line.elapsed() >= tick || step.done {
                     last_line = Instant::now();
                     progress_line(t, &devs, opts.qps, tty);
                 }
-            },
-        )
+            }
+            if trigger.is_some() {
+                for ((f, s), then) in failed.iter_mut().zip(t.paths()).zip(&failures_then) {
+                    if f.is_none() && s.failures > *then {
+                        *f = Some(Instant::now());
+                    }
+                }
+            }
+            if step.done {
+                break Ok(());
+            }
+            if t.progress().bytes >= churn_at {
+                churn_at += churn_every;
+                // The busiest live path: its writes are on the wire.
+                let victim = t
+                    .paths()
+                    .enumerate()
+                    .filter(|(_, s)| s.state == PathState::Up)
+                    .max_by_key(|(_, s)| s.in_flight)
+                    .map(|(i, _)| i);
+                if let Some(v) = victim {
+                    transfer.fail_path(v);
+                }
+            }
+            if deadline.passed() {
+                break Err(verbs::Error::new(
+                    verbs::site!("transfer client", "the transfer took too long"),
+                    verbs::ErrorKind::TimedOut,
+                ));
+            }
+            if step.events == 0 {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
     };
     if tty {
         println!();
@@ -204,9 +272,12 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
         return Err(e.into());
     }
 
+    // Per chunk as well as in all: a bad chunk named is a lead, a bad
+    // checksum alone is not.
+    let mut bad: Vec<u32> = Vec::new();
     let ours = if opts.read {
         let mut sum = Checksum::new();
-        for c in 0..chunks {
+        for (c, &expected) in chunk_sums.iter().enumerate() {
             let plane = transfer.placement(c).ok_or("a chunk is not done")?;
             let n = config.chunk_range(c).1 as usize;
             let buf = transfer.planes()[usize::from(plane)].bufs[c]
@@ -214,6 +285,9 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
                 .ok_or("buffer missing")?;
             buf.read_at(0, &mut scratch[..n])?;
             sum.update(&scratch[..n]);
+            if chunk_sum(&scratch[..n]) != expected {
+                bad.push(c as u32);
+            }
         }
         sum.value()
     } else {
@@ -224,12 +298,33 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
         .collect();
     proto::send(&mut session, proto::DONE, ours, 0)?;
     proto::send_bytes(&mut session, &placement)?;
-    let (_, theirs, _) = proto::recv(&mut session, Duration::from_secs(120))?;
-    let matched = ours == theirs && (!opts.read || ours == source_sum);
+    let sums: Vec<u8> = chunk_sums.iter().flat_map(|s| s.to_le_bytes()).collect();
+    proto::send_bytes(&mut session, &sums)?;
+    let (_, theirs, their_bad) = proto::recv(&mut session, Duration::from_secs(120))?;
+    let mut named = vec![0u8; 4 * their_bad.min(proto::BAD_NAMED) as usize];
+    proto::recv_bytes(&mut session, &mut named)?;
+    bad.extend(
+        named
+            .chunks(4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap())),
+    );
+    let bad_chunks = their_bad + if opts.read { bad.len() as u64 } else { 0 };
+    let matched = ours == theirs && (!opts.read || ours == source_sum) && bad_chunks == 0;
     println!(
-        "checksum client={ours:#018x} server={theirs:#018x} {}",
+        "checksum client={ours:#018x} server={theirs:#018x} {}, {bad_chunks} chunks differ",
         if matched { "match" } else { "MISMATCH" }
     );
+    for &c in &bad {
+        let c = c as usize;
+        println!(
+            "client: chunk {c} BAD: placed on plane {:?}, posted {} times",
+            transfer.placement(c),
+            transfer.posts(c)
+        );
+    }
+    if let Some(child) = at_half.take() {
+        finish(child, trigger.is_some());
+    }
     for (i, s) in transfer.paths().enumerate() {
         println!(
             "path {i} {}/{}: {} {:.1} MiB in {} chunks ({} resent), {} failures ({}), {} re-admitted, {} failed probes",
@@ -245,98 +340,46 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
             s.failed_probes
         );
     }
-    println!("{}", result_line(&transfer, opts, &samples, matched));
+    println!(
+        "{}",
+        result_line(&transfer, opts, &samples, trigger, &failed, bad_chunks, matched)
+    );
     Ok(matched)
 }
 
-/// One line for a person: the whole, then every path.
-fn progress_line(t: &Transfer<ArenaBuf>, devs: &[String], qps: usize, tty: bool) {
-    let p = t.progress();
-    let mut line = format!(
-        "[{:5.1}s] {:6.1}/{:.1} MiB {:3}% {:6.1} MB/s resent {:.1} MiB |",
-        p.elapsed.as_secs_f64(),
-        p.bytes as f64 / 1048576.0,
-        p.total as f64 / 1048576.0,
-        (p.bytes * 100).checked_div(p.total).unwrap_or(100),
-        p.rate / 1e6,
-        p.resent_bytes as f64 / 1048576.0
-    );
-    for (i, s) in t.paths().enumerate() {
-        line.push_str(&format!(
-            " {}/{} {} {:.1}",
-            devs[usize::from(s.plane)],
-            i % qps,
-            s.state.name(),
-            s.rate / 1e6
-        ));
-    }
-    if tty {
-        print!("\r\x1b[K{line}");
-        let _ = std::io::stdout().flush();
-    } else {
-        println!("{line}");
-    }
+/// One chunk's checksum, as the server computes it.
+fn chunk_sum(bytes: &[u8]) -> u64 {
+    let mut sum = Checksum::new();
+    sum.update(bytes);
+    sum.value()
 }
 
-/// The machine-readable summary; with a cut (a `PORT_ERR` seen, or
-/// `--cut-at`), the times from it.
-fn result_line(
-    t: &Transfer<ArenaBuf>,
-    opts: &Opts,
-    samples: &[(Instant, u64)],
-    ok: bool,
-) -> String {
-    let p = t.progress();
-    let (started, finished, first_failure) = t.times();
-    let finished = finished.unwrap_or_else(Instant::now);
-    let secs = (finished - started).as_secs_f64();
-    let sum = |f: fn(&verbs::transfer::PathStats) -> u64| t.paths().map(f).sum::<u64>();
-    let mut line = format!(
-        "RESULT op={} bytes={} planes={} qps={} chunk_kib={} secs={:.3} mbs={:.2} resent_bytes={} failures={} readmissions={} failed_probes={} nominal_ms={} bound_ms={}",
-        if opts.read { "read" } else { "write" },
-        p.total,
-        t.planes().len(),
-        opts.qps,
-        opts.chunk_kib,
-        secs,
-        p.total as f64 / secs / 1e6,
-        p.resent_bytes,
-        sum(|s| u64::from(s.failures)),
-        sum(|s| u64::from(s.readmissions)),
-        sum(|s| u64::from(s.failed_probes)),
-        t.bound().nominal.as_millis(),
-        t.bound().watchdog.as_millis(),
-    );
-    let port_err = (0..t.planes().len())
-        .filter_map(|i| t.port_events(i).0)
-        .min();
-    let timer = opts.cut_at.map(|s| opts.t0 + Duration::from_secs_f64(s));
-    let cut = match (port_err, timer) {
-        (Some(at), _) => Some((at, "port_err")),
-        (None, Some(at)) if at < finished => Some((at, "timer")),
-        _ => None,
-    };
-    if let Some((cut, how)) = cut {
-        let done_at_cut = samples
-            .iter()
-            .take_while(|(at, _)| *at <= cut)
-            .last()
-            .map_or(0, |s| s.1);
-        let ms = |d: Option<Duration>| d.map_or(-1, |d| d.as_millis() as i64);
-        let after = first_failure.map(|f| finished.saturating_duration_since(f));
-        line.push_str(&format!(
-            " cut_from={how} cut_ms={} detect_ms={} cut_to_done_ms={} done_at_cut={} after_cut_mbs={:.2}",
-            ms(cut.checked_duration_since(started)),
-            ms(first_failure.and_then(|f| f.checked_duration_since(cut))),
-            ms(finished.checked_duration_since(cut)),
-            done_at_cut,
-            after.map_or(0.0, |a| (p.total - done_at_cut) as f64 / a.as_secs_f64().max(1e-9) / 1e6),
-        ));
+/// `sh -c cmd`, started now with its stdin a pipe that gets a line at
+/// half way: whatever `cmd` runs then is loaded and waiting already.
+fn half_command(cmd: &str) -> Result<Child, BoxError> {
+    let child = Command::new("sh")
+        .args(["-c", cmd])
+        .stdin(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("--at-half: sh: {e}"))?;
+    Ok(child)
+}
+
+/// Lets the `--at-half` command end (it may restore what it cut), or
+/// stops it when it never ran or runs too long.
+fn finish(mut child: Child, ran: bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ran && Instant::now() < deadline {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                println!("client: --at-half command ended: {status}");
+                return;
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+            Err(_) => break,
+        }
     }
-    line.push_str(if ok {
-        " checksum=match"
-    } else {
-        " checksum=MISMATCH"
-    });
-    line
+    let _ = child.kill();
+    let _ = child.wait();
+    println!("client: --at-half command stopped (ran: {ran})");
 }

@@ -9,7 +9,8 @@
 //! transfer client HOST [--port N] [--devs rxe0,rxe1] [--planes K] [--qps Q]
 //!                 [--mib M | --file PATH] [--read] [--chunk-kib C] [--depth D]
 //!                 [--timeout T] [--retry R] [--slack X] [--tc TC] [--hop-limit H]
-//!                 [--start-at SECS] [--cut-at SECS] [--tick-ms MS] [--no-readmit]
+//!                 [--start-at SECS] [--cut-at SECS] [--at-half CMD] [--tick-ms MS]
+//!                 [--fail-every MIB] [--no-readmit]
 //!   --devs      the devices, one per plane, in plane order (default: every
 //!               device, sorted by name; the client's --planes K takes the first K)
 //!   --qps       queue pairs (paths) per plane (default 2)
@@ -21,13 +22,22 @@
 //!               fault timed from the command start lands mid-transfer)
 //!   --cut-at    the bed cuts a plane SECS after the command started: report the
 //!               time from it (when no PORT_ERR event says when)
+//!   --at-half   start `sh -c CMD` before the transfer with its stdin a pipe,
+//!               and write a line to it once half the bytes are done (so CMD
+//!               waits with everything loaded, e.g. `{ read _; echo link set
+//!               eth1 down; } | ip -batch -`); the RESULT line gives the
+//!               fraction done then and at the device's PORT_ERR
+//!   --fail-every  fail the busiest live path every MIB MiB done (as a watchdog
+//!               misled by a starved host would): its writes are on the wire
 //! ```
 //! The client prints a progress line (total and per-path rate, path
 //! states), then `checksum ...` and one machine-readable `RESULT ...`
-//! line. Both sides exit non-zero when the checksums differ.
+//! line. Both sides compare every chunk's checksum too, and name the
+//! chunks that differ; both exit non-zero when anything differs.
 
 mod client;
 mod proto;
+mod report;
 mod server;
 
 use std::process::ExitCode;
@@ -53,6 +63,8 @@ pub struct Opts {
     pub hop_limit: u8,
     pub start_at: Option<f64>,
     pub cut_at: Option<f64>,
+    pub at_half: Option<String>,
+    pub fail_every: u64,
     pub tick_ms: u64,
     pub readmit: bool,
 }
@@ -78,6 +90,8 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Opts), String> {
         hop_limit: 64,
         start_at: None,
         cut_at: None,
+        at_half: None,
+        fail_every: 0,
         tick_ms: 1000,
         readmit: true,
     };
@@ -127,6 +141,8 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Opts), String> {
             "--hop-limit" => o.hop_limit = num()? as u8,
             "--start-at" => o.start_at = Some(secs()?),
             "--cut-at" => o.cut_at = Some(secs()?),
+            "--at-half" => o.at_half = Some(value.clone()),
+            "--fail-every" => o.fail_every = num()?,
             "--tick-ms" => o.tick_ms = num()?.max(50),
             other => return Err(format!("unknown option {other:?}")),
         }

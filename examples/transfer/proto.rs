@@ -14,8 +14,12 @@ pub const SETUP: u8 = b'S';
 /// Client -> server: reset path `a` and exchange endpoints again.
 pub const REPATH: u8 = b'R';
 /// Client -> server: done; `a` is the client's checksum, then one placement
-/// byte per chunk follows. Server -> client: `a` is the server's checksum.
+/// byte per chunk and each chunk's checksum (8 bytes, little-endian)
+/// follow. Server -> client: `a` is the server's checksum, `b` how many
+/// chunks differ, then the first [`BAD_NAMED`] of them (4 bytes each).
 pub const DONE: u8 = b'D';
+/// How many differing chunks the server names.
+pub const BAD_NAMED: u64 = 64;
 
 const FRAME: usize = 17;
 

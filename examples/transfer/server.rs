@@ -80,23 +80,38 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
         match cmd {
             proto::REPATH => repath(&mut planes, qps, a as usize, &mut session)?,
             proto::DONE => {
-                let mut placement = vec![0u8; len.div_ceil(chunk_len) as usize];
+                let count = len.div_ceil(chunk_len) as usize;
+                let mut placement = vec![0u8; count];
                 proto::recv_bytes(&mut session, &mut placement)?;
-                let ours = if op == 1 {
-                    // The client read: the source is the same on every plane.
-                    checksum(&planes, len, chunk_len, &vec![0; placement.len()])?
-                } else {
-                    checksum(&planes, len, chunk_len, &placement)?
-                };
-                proto::send(&mut session, proto::DONE, ours, 0)?;
+                let mut sums = vec![0u8; 8 * count];
+                proto::recv_bytes(&mut session, &mut sums)?;
+                let expected: Vec<u64> = sums
+                    .chunks(8)
+                    .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
+                    .collect();
+                // The client read: the source is the same on every plane.
+                let placement = if op == 1 { vec![0; count] } else { placement };
+                let (ours, bad) = checksum(&planes, len, chunk_len, &placement, &expected)?;
+                proto::send(&mut session, proto::DONE, ours, bad.len() as u64)?;
+                let named: Vec<u8> = bad
+                    .iter()
+                    .take(proto::BAD_NAMED as usize)
+                    .flat_map(|&c| (c as u32).to_le_bytes())
+                    .collect();
+                proto::send_bytes(&mut session, &named)?;
+                for &c in bad.iter().take(proto::BAD_NAMED as usize) {
+                    explain(&planes, len, chunk_len, c, placement[c], expected[c])?;
+                }
                 let per_plane: Vec<usize> = (0..planes.len())
                     .map(|p| placement.iter().filter(|&&x| usize::from(x) == p).count())
                     .collect();
-                let verdict = if ours == a { "match" } else { "MISMATCH" };
+                let ok = ours == a && bad.is_empty();
                 println!(
-                    "server: checksum server={ours:#018x} client={a:#018x} {verdict}; chunks per plane {per_plane:?}"
+                    "server: checksum server={ours:#018x} client={a:#018x} {}, {} chunks differ; chunks per plane {per_plane:?}",
+                    if ok { "match" } else { "MISMATCH" },
+                    bad.len()
                 );
-                return Ok(ours == a);
+                return Ok(ok);
             }
             other => return Err(format!("unknown command {:?}", other as char).into()),
         }
@@ -157,18 +172,79 @@ fn open_plane(dev: &str, len: usize, qps: usize) -> Result<Plane, BoxError> {
 }
 
 /// The checksum of the transfer's bytes, each chunk read from the plane
-/// whose region holds its final copy.
-fn checksum(planes: &[Plane], len: u64, chunk_len: u64, placement: &[u8]) -> Result<u64, BoxError> {
+/// whose region holds its final copy, and the chunks whose own checksum
+/// is not the client's.
+fn checksum(
+    planes: &[Plane],
+    len: u64,
+    chunk_len: u64,
+    placement: &[u8],
+    expected: &[u64],
+) -> Result<(u64, Vec<usize>), BoxError> {
     let mut sum = Checksum::new();
+    let mut bad = Vec::new();
     let mut chunk = vec![0u8; chunk_len as usize];
     for (c, &plane) in placement.iter().enumerate() {
-        let offset = c as u64 * chunk_len;
-        let n = chunk_len.min(len - offset) as usize;
-        let plane = planes
-            .get(usize::from(plane))
-            .ok_or("placement names no plane")?;
-        plane.region.read_at(offset as usize, &mut chunk[..n])?;
-        sum.update(&chunk[..n]);
+        let bytes = read_chunk(planes, len, chunk_len, c, plane, &mut chunk)?;
+        sum.update(bytes);
+        let mut one = Checksum::new();
+        one.update(bytes);
+        if expected.get(c) != Some(&one.value()) {
+            bad.push(c);
+        }
     }
-    Ok(sum.value())
+    Ok((sum.value(), bad))
+}
+
+fn read_chunk<'a>(
+    planes: &[Plane],
+    len: u64,
+    chunk_len: u64,
+    c: usize,
+    plane: u8,
+    out: &'a mut [u8],
+) -> Result<&'a [u8], BoxError> {
+    let offset = c as u64 * chunk_len;
+    let n = chunk_len.min(len - offset) as usize;
+    let plane = planes
+        .get(usize::from(plane))
+        .ok_or("placement names no plane")?;
+    plane.region.read_at(offset as usize, &mut out[..n])?;
+    Ok(&out[..n])
+}
+
+/// What a differing chunk holds on every plane: the client's bytes, none
+/// (zeros: never written there), or others, and from which 4 KiB page on.
+fn explain(
+    planes: &[Plane],
+    len: u64,
+    chunk_len: u64,
+    c: usize,
+    placed: u8,
+    expected: u64,
+) -> Result<(), BoxError> {
+    let mut line = format!("server: chunk {c} BAD (placed on plane {placed}):");
+    let mut chunk = vec![0u8; chunk_len as usize];
+    for p in 0..planes.len() {
+        let bytes = read_chunk(planes, len, chunk_len, c, p as u8, &mut chunk)?;
+        let mut one = Checksum::new();
+        one.update(bytes);
+        let zero_pages = bytes
+            .chunks(4096)
+            .filter(|page| page.iter().all(|&b| b == 0))
+            .count();
+        let first_zero = bytes
+            .chunks(4096)
+            .position(|page| page.iter().all(|&b| b == 0));
+        line.push_str(&format!(
+            " plane {p} {}, {zero_pages} zero pages (first {first_zero:?});",
+            if one.value() == expected {
+                "matches"
+            } else {
+                "differs"
+            },
+        ));
+    }
+    println!("{line}");
+    Ok(())
 }

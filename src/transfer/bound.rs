@@ -55,8 +55,10 @@ pub struct DetectionBound {
     /// and every retry: attempt x (retry_cnt + 1).
     pub nominal: Duration,
     /// The transfer's watchdog: nominal x slack. A path with requests in
-    /// flight and no completion for this long is failed by the transfer
-    /// itself, whatever the device says; the bound the transfer reports.
+    /// flight and no completion for this long (of step-loop time) while
+    /// other paths complete is failed by the transfer itself, whatever the
+    /// device says; the bound the transfer reports. With every path silent
+    /// it waits twice this (see the module docs).
     pub watchdog: Duration,
 }
 

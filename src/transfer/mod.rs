@@ -40,7 +40,11 @@
 //! other), on a `PORT_ERR` event of its plane, on a refused post, or when
 //! its watchdog ([`DetectionBound::watchdog`]) sees requests in flight and
 //! no completion (a device that stalls instead of failing: Soft-RoCE after
-//! a link loss, `FAULTS.md`). Its queue pair is reset at once: every
+//! a link loss, `FAULTS.md`). The watchdog counts only time the step loop
+//! ran (a gap between steps adds at most 50 ms: a starved host is not a
+//! dead path), and when no path at all was heard in the last half bound
+//! (a stalled host or peer, which no re-routing cures) it waits twice the
+//! bound; a path silent while others complete is failed at the bound. Its queue pair is reset at once: every
 //! request it held comes back flushed, each chunk waits again at the front
 //! of the queue and goes out on the paths still up. After a backoff, and
 //! only while its port is active, a fresh queue pair replaces it, the

@@ -46,6 +46,8 @@ pub enum FailCause {
     ProbeFailed,
     /// The peer could not be asked to reconnect, or connecting failed.
     Reconnect,
+    /// The caller asked for it ([`super::Transfer::fail_path`]).
+    Requested,
 }
 
 /// A path's counters, readable while the transfer runs.
@@ -83,9 +85,10 @@ pub struct PathStats {
 #[derive(Debug)]
 pub(crate) struct Path {
     pub stats: PathStats,
-    /// The last completion (or the first post into an idle path): the
-    /// watchdog counts from here.
-    pub last_progress: Instant,
+    /// Step-loop time since the last completion (or the first post into
+    /// an idle path, or the probe) while the path had work: what the
+    /// watchdog compares with its bound.
+    pub silent: Duration,
     /// When a failed path may be probed next.
     pub next_probe: Instant,
     /// The wait before the next probe, doubled after each failed one.
@@ -119,7 +122,7 @@ impl Path {
                 last_cause: None,
                 rate: 0.0,
             },
-            last_progress: now,
+            silent: Duration::ZERO,
             next_probe: now,
             backoff: Duration::ZERO,
             failed_at: None,
@@ -130,11 +133,11 @@ impl Path {
     }
 
     /// A chunk of `len` bytes completed.
-    pub fn completed(&mut self, len: u64, now: Instant) {
+    pub fn completed(&mut self, len: u64) {
         self.stats.bytes += len;
         self.stats.chunks += 1;
         self.rate_window_bytes += len;
-        self.last_progress = now;
+        self.silent = Duration::ZERO;
     }
 
     /// Closes the rate window when it is over.
@@ -155,9 +158,54 @@ impl Path {
         }
     }
 
-    /// True when requests are in flight and nothing completed for `limit`.
-    pub fn stalled(&self, now: Instant, limit: Duration) -> bool {
-        let busy = self.stats.in_flight > 0 || self.stats.state == PathState::Probing;
-        busy && now.saturating_duration_since(self.last_progress) > limit
+    /// True when requests (or a probe) are in flight.
+    pub fn busy(&self) -> bool {
+        self.stats.in_flight > 0 || self.stats.state == PathState::Probing
+    }
+
+    /// True when the path has been silent past `limit` while another path
+    /// was heard within the last half of it (`all_silent`: the step-loop
+    /// time since any path completed anything), or past twice `limit`
+    /// regardless. A transfer silent as a whole points at a stalled host
+    /// or peer, which failing paths cannot cure, rather than at this path.
+    pub fn stalled(&self, limit: Duration, all_silent: Duration) -> bool {
+        self.busy() && self.silent > limit && (all_silent <= limit / 2 || self.silent > limit * 2)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy_path(silent_ms: u64) -> Path {
+        let qp = QpId {
+            engine: 0,
+            index: 0,
+            generation: 0,
+        };
+        let mut p = Path::new(0, qp, 1, Instant::now());
+        p.stats.in_flight = 1;
+        p.silent = Duration::from_millis(silent_ms);
+        p
+    }
+
+    #[test]
+    fn a_silent_path_among_live_ones_fails_at_the_bound() {
+        let limit = Duration::from_millis(800);
+        let heard = Duration::from_millis(100);
+        assert!(!busy_path(800).stalled(limit, heard));
+        assert!(busy_path(801).stalled(limit, heard));
+        let mut idle = busy_path(5000);
+        idle.stats.in_flight = 0;
+        assert!(!idle.stalled(limit, heard), "no work, no verdict");
+    }
+
+    #[test]
+    fn a_transfer_silent_as_a_whole_waits_twice_the_bound() {
+        let limit = Duration::from_millis(800);
+        let all = Duration::from_millis(900);
+        assert!(!busy_path(900).stalled(limit, all));
+        assert!(!busy_path(1600).stalled(limit, all));
+        assert!(busy_path(1601).stalled(limit, all));
     }
 }

@@ -25,23 +25,44 @@ const EVENT_CHECK: Duration = Duration::from_millis(10);
 /// what is left itself.
 const RESET_SETTLE: Duration = Duration::from_millis(500);
 
+/// The most one gap between steps adds to a path's silence: a longer gap
+/// means this process did not run (a starved host), and a device that
+/// got no time to complete anything is not dead.
+const STEP_GAP_MAX: Duration = Duration::from_millis(50);
+
 impl<B: NicBuf> Transfer<B> {
     /// One round: posts waiting chunks on the paths that are up, polls
     /// every plane once, then fails stalled paths (and those on a plane
     /// that reported `PORT_ERR`), resets failed paths (their chunks wait
     /// again) and probes those due. `control` asks the peer to reconnect
     /// its end of a path being re-admitted.
+    ///
+    /// The watchdog counts only time this loop ran: a gap between steps
+    /// adds at most 50 ms to a path's silence, so call `step` at least that
+    /// often (`run` does).
     pub fn step(&mut self, control: &mut impl PeerControl) -> Result<Step, Error> {
         let now = Instant::now();
-        let mut events = self.post(now);
-        events += self.poll(now)?;
+        let ran = now
+            .saturating_duration_since(self.last_step)
+            .min(STEP_GAP_MAX);
+        self.last_step = now;
+        self.all_silent += ran;
+        for path in self.paths.iter_mut().filter(|p| p.busy()) {
+            path.silent += ran;
+        }
+        let heard = self.heard();
+        let mut events = self.post();
+        events += self.poll()?;
+        if self.heard() != heard {
+            self.all_silent = Duration::ZERO;
+        }
         if self.config.port_events && now.duration_since(self.last_event_check) >= EVENT_CHECK {
             self.last_event_check = now;
             self.read_port_events(now)?;
         }
-        let watchdog = self.bound.watchdog;
+        let (watchdog, all_silent) = (self.bound.watchdog, self.all_silent);
         for path in &mut self.paths {
-            if path.stalled(now, watchdog) {
+            if path.stalled(watchdog, all_silent) {
                 path.fail(FailCause::Stalled);
             }
             path.update_rate(now);
@@ -94,6 +115,23 @@ impl<B: NicBuf> Transfer<B> {
         }
     }
 
+    /// Takes path `index` out as if it had failed, at the next step: its
+    /// chunks in flight go out again on the other paths, and it comes
+    /// back like any failed path (to drain a path, or to test that a
+    /// path failed while its requests are still landing costs no bytes).
+    pub fn fail_path(&mut self, index: usize) {
+        if let Some(path) = self.paths.get_mut(index) {
+            path.fail(FailCause::Requested);
+        }
+    }
+
+    /// Completions of chunks and probes so far, to tell whether a step
+    /// heard anything.
+    fn heard(&self) -> u64 {
+        let per = |p: &super::path::Path| p.stats.chunks + u64::from(p.stats.readmissions);
+        self.paths.iter().map(per).sum()
+    }
+
     /// Reads every plane's pending asynchronous events: `PORT_ERR` fails
     /// the plane's paths at once (no need to wait for the retry timer);
     /// `PORT_ACTIVE` makes its failed paths due for a probe.
@@ -137,7 +175,7 @@ impl<B: NicBuf> Transfer<B> {
                 // Other paths of this engine complete meanwhile: same rules.
                 let from = c.qp().and_then(|q| paths.iter().find(|p| p.stats.qp == q));
                 let from_plane = from.map_or(plane, |p| p.stats.plane);
-                settle(c, from_plane, config, bufs, chunks, paths, now)
+                settle(c, from_plane, config, bufs, chunks, paths)
             });
             let path = &mut self.paths[index];
             if reset.is_err() {
@@ -218,7 +256,7 @@ impl<B: NicBuf> Transfer<B> {
                 plane.engine.post_send(qp, req).map_err(|e| e.error)
             });
             path.stats.state = PathState::Probing;
-            path.last_progress = now;
+            path.silent = Duration::ZERO;
             if probe.is_err() {
                 path.fail(FailCause::Reconnect);
             }

@@ -79,6 +79,10 @@ pub struct Transfer<B: NicBuf> {
     pub(crate) port_active_at: Vec<Option<Instant>>,
     pub(crate) first_failure: Option<Instant>,
     pub(crate) last_event_check: Instant,
+    /// The last step, and the step-loop time since any path completed
+    /// anything (the watchdog's view of a transfer silent as a whole).
+    pub(crate) last_step: Instant,
+    pub(crate) all_silent: Duration,
 }
 
 impl<B: NicBuf> Transfer<B> {
@@ -167,12 +171,14 @@ impl<B: NicBuf> Transfer<B> {
             port_active_at: alloc::vec![None; n],
             first_failure: None,
             last_event_check: now,
+            last_step: now,
+            all_silent: Duration::ZERO,
         })
     }
 
     /// Posts chunks on every path that is up, one per path in turn, until
     /// the paths are full or no chunk waits. Returns how many were posted.
-    pub(crate) fn post(&mut self, now: Instant) -> usize {
+    pub(crate) fn post(&mut self) -> usize {
         let mut posted = 0;
         loop {
             let before = posted;
@@ -180,7 +186,7 @@ impl<B: NicBuf> Transfer<B> {
                 if self.chunks.waiting() == 0 {
                     return posted;
                 }
-                if self.post_one(index, now) {
+                if self.post_one(index) {
                     posted += 1;
                 }
             }
@@ -191,7 +197,7 @@ impl<B: NicBuf> Transfer<B> {
     }
 
     /// Posts the next waiting chunk on path `index`, if it is up with room.
-    fn post_one(&mut self, index: usize, now: Instant) -> bool {
+    fn post_one(&mut self, index: usize) -> bool {
         let config = &self.config;
         let path = &mut self.paths[index];
         if path.stats.state != PathState::Up || path.failing || path.stats.in_flight >= config.depth
@@ -229,7 +235,7 @@ impl<B: NicBuf> Transfer<B> {
             Ok(()) => {
                 if path.stats.in_flight == 0 {
                     // The watchdog counts from the first post into an idle path.
-                    path.last_progress = now;
+                    path.silent = Duration::ZERO;
                 }
                 path.stats.in_flight += 1;
                 if self.chunks.posted(c, index as u16) {
@@ -248,13 +254,13 @@ impl<B: NicBuf> Transfer<B> {
     }
 
     /// Polls every plane's engine once; returns the completions settled.
-    pub(crate) fn poll(&mut self, now: Instant) -> Result<usize, Error> {
+    pub(crate) fn poll(&mut self) -> Result<usize, Error> {
         let mut settled = 0;
         let config = &self.config;
         for (p, plane) in self.planes.iter_mut().enumerate() {
             let Plane { engine, bufs, .. } = plane;
             let (chunks, paths) = (&mut self.chunks, &mut self.paths);
-            settled += engine.poll(|c| settle(c, p as u16, config, bufs, chunks, paths, now))?;
+            settled += engine.poll(|c| settle(c, p as u16, config, bufs, chunks, paths))?;
         }
         Ok(settled)
     }
@@ -293,6 +299,15 @@ impl<B: NicBuf> Transfer<B> {
     /// buffer for a Read, its remote region for a Write), once done.
     pub fn placement(&self, c: usize) -> Option<u16> {
         self.chunks.placement(c)
+    }
+
+    /// How often chunk `c` was posted (more than once: re-sprayed).
+    pub fn posts(&self, c: usize) -> u16 {
+        if c < self.chunks.len() {
+            self.chunks.posts(c)
+        } else {
+            0
+        }
     }
 
     /// The planes, with their engines and buffers (all back once done).
@@ -335,7 +350,6 @@ pub(crate) fn settle<B: NicBuf>(
     bufs: &mut [Option<B>],
     chunks: &mut ChunkTable,
     paths: &mut [Path],
-    now: Instant,
 ) {
     let tag = c.tag();
     let ok = c.status() == WcStatus::SUCCESS;
@@ -351,7 +365,7 @@ pub(crate) fn settle<B: NicBuf>(
                 path.stats.state = PathState::Up;
                 path.stats.readmissions += 1;
                 path.backoff = Duration::ZERO;
-                path.last_progress = now;
+                path.silent = Duration::ZERO;
             } else {
                 path.fail(FailCause::ProbeFailed);
             }
@@ -369,7 +383,7 @@ pub(crate) fn settle<B: NicBuf>(
     path.stats.in_flight = path.stats.in_flight.saturating_sub(1);
     if ok {
         if chunks.completed(chunk, index, plane) {
-            path.completed(config.chunk_range(chunk).1, now);
+            path.completed(config.chunk_range(chunk).1);
         }
     } else {
         chunks.lost(chunk, index);
