@@ -339,6 +339,35 @@ fn exhaustion_is_an_error_not_a_panic() {
     assert!(arena.alloc(64 * 1024).is_ok(), "a dropped buffer is reused");
 }
 
+/// `Arena::free` gives a buffer back at once; a buffer of another arena
+/// goes back to its own; one dropped on another thread comes back too.
+#[test]
+fn buffers_come_back_by_free_by_drop_and_from_other_threads() {
+    let ctx = support::test_context("arena_free");
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let config = ArenaConfig {
+        capacity: 64 * 1024,
+        ..Default::default()
+    };
+    let mut a = Arena::new(&pd, &config).unwrap();
+    let mut b = Arena::new(&pd, &config).unwrap();
+    for _ in 0..3 {
+        let all = a.alloc(64 * 1024).unwrap();
+        a.free(all);
+        let all_b = b.alloc(64 * 1024).unwrap();
+        // Not `a`'s: `free` drops it, so it goes back to `b`.
+        a.free(all_b);
+        let whole = a.alloc(64 * 1024).expect("freed by the owner");
+        let whole_b = b.alloc(64 * 1024).expect("a foreign free went back to its arena");
+        std::thread::spawn(move || drop(whole)).join().unwrap();
+        drop(whole_b);
+        assert!(a.alloc(64 * 1024).is_ok(), "dropped on another thread");
+        assert!(b.alloc(64 * 1024).is_ok(), "dropped on this thread");
+    }
+    assert_eq!(a.stats().alloc_count, 0);
+    assert_eq!(b.stats().alloc_count, 0);
+}
+
 #[test]
 fn dmabuf_registration_is_a_clear_unsupported_error_where_the_provider_cannot() {
     let ctx = support::test_context("dmabuf_registration");

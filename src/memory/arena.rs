@@ -33,7 +33,7 @@ use crate::tlsf::{Allocation, Stats, Tlsf, TlsfConfig, TlsfError};
 
 use super::contract::{HostBuf, NicBuf};
 use super::region::Access;
-use super::ret_stack::{Cursor, ReturnQueue};
+use super::return_queue::{Cursor, ReturnQueue};
 
 /// How to build an arena.
 #[derive(Clone, Copy, Debug)]
@@ -194,7 +194,7 @@ impl Arena {
     }
 
     /// Frees what buffers dropped (on any thread) since the last call, but
-    /// the newest (see `ret_stack`). Loads and plain stores only.
+    /// the newest (see `return_queue`). Loads and plain stores only.
     #[inline]
     fn reclaim(&mut self) {
         // SAFETY: see `shared`; borrowed apart from `self.tlsf`.

@@ -29,7 +29,7 @@ mod contract;
 mod dmabuf;
 mod exposed;
 mod region;
-mod ret_stack;
+mod return_queue;
 
 #[cfg(feature = "std")]
 pub use arena::SharedArena;

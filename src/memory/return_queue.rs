@@ -109,6 +109,9 @@ impl ReturnQueue {
     /// push on another thread is left for later.
     #[cold]
     pub(crate) fn flush(&self, cursor: &mut Cursor, mut free: impl FnMut(u32)) {
+        // First onto the newest entry: a cursor on the stub may still have
+        // one ahead of it.
+        self.drain(cursor, &mut free);
         if cursor.at != self.stub() && !cursor.stub_queued {
             self.link(self.stub());
             cursor.stub_queued = true;
@@ -120,6 +123,25 @@ impl ReturnQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A flush frees the newest handle also when the cursor stands on the
+    /// stub (after an earlier flush) with one entry queued after it.
+    #[test]
+    fn a_flush_from_the_stub_frees_the_newest() {
+        let (queue, mut cursor) = ReturnQueue::new(4);
+        let mut freed = Vec::new();
+        for round in 0..3u32 {
+            queue.push(100 + round, 1);
+            queue.flush(&mut cursor, |h| freed.push(h));
+            assert_eq!(freed.last(), Some(&(100 + round)), "round {round}");
+        }
+        queue.push(7, 2);
+        queue.push(8, 3);
+        queue.drain(&mut cursor, |h| freed.push(h));
+        assert_eq!(freed.last(), Some(&7), "a drain keeps the newest");
+        queue.flush(&mut cursor, |h| freed.push(h));
+        assert_eq!(freed, [100, 101, 102, 7, 8]);
+    }
 
     #[test]
     fn pushes_from_many_threads_are_all_freed_once() {
