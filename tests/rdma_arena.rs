@@ -358,7 +358,9 @@ fn buffers_come_back_by_free_by_drop_and_from_other_threads() {
         // Not `a`'s: `free` drops it, so it goes back to `b`.
         a.free(all_b);
         let whole = a.alloc(64 * 1024).expect("freed by the owner");
-        let whole_b = b.alloc(64 * 1024).expect("a foreign free went back to its arena");
+        let whole_b = b
+            .alloc(64 * 1024)
+            .expect("a foreign free went back to its arena");
         std::thread::spawn(move || drop(whole)).join().unwrap();
         drop(whole_b);
         assert!(a.alloc(64 * 1024).is_ok(), "dropped on another thread");
