@@ -272,56 +272,82 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
         return Err(e.into());
     }
 
-    // Per chunk as well as in all: a bad chunk named is a lead, a bad
-    // checksum alone is not.
-    let mut bad: Vec<u32> = Vec::new();
-    let ours = if opts.read {
-        let mut sum = Checksum::new();
-        for (c, &expected) in chunk_sums.iter().enumerate() {
-            let plane = transfer.placement(c).ok_or("a chunk is not done")?;
-            let n = config.chunk_range(c).1 as usize;
-            let buf = transfer.planes()[usize::from(plane)].bufs[c]
-                .as_ref()
-                .ok_or("buffer missing")?;
-            buf.read_at(0, &mut scratch[..n])?;
-            sum.update(&scratch[..n]);
-            if chunk_sum(&scratch[..n]) != expected {
-                bad.push(c as u32);
+    // Per chunk as well as in all, end to end: a completion says the
+    // device is done, not that the bytes are right. Differing chunks are
+    // named (a lead), sent again and checked again, a few rounds at most.
+    let mut repaired = 0u64;
+    let mut round = 0;
+    let (ours, theirs, bad_chunks) = loop {
+        let mut bad: Vec<u32> = Vec::new();
+        let ours = if opts.read {
+            let mut sum = Checksum::new();
+            for (c, &expected) in chunk_sums.iter().enumerate() {
+                let plane = transfer.placement(c).ok_or("a chunk is not done")?;
+                let n = config.chunk_range(c).1 as usize;
+                let buf = transfer.planes()[usize::from(plane)].bufs[c]
+                    .as_ref()
+                    .ok_or("buffer missing")?;
+                buf.read_at(0, &mut scratch[..n])?;
+                sum.update(&scratch[..n]);
+                if chunk_sum(&scratch[..n]) != expected {
+                    bad.push(c as u32);
+                }
             }
+            sum.value()
+        } else {
+            source_sum
+        };
+        let placement: Vec<u8> = (0..chunks)
+            .map(|c| transfer.placement(c).map_or(u8::MAX, |p| p as u8))
+            .collect();
+        proto::send(&mut session, proto::DONE, ours, 0)?;
+        proto::send_bytes(&mut session, &placement)?;
+        let sums: Vec<u8> = chunk_sums.iter().flat_map(|s| s.to_le_bytes()).collect();
+        proto::send_bytes(&mut session, &sums)?;
+        let (_, theirs, their_bad) = proto::recv(&mut session, Duration::from_secs(120))?;
+        let mut named = vec![0u8; 4 * their_bad.min(proto::BAD_NAMED) as usize];
+        proto::recv_bytes(&mut session, &mut named)?;
+        bad.extend(
+            named
+                .chunks(4)
+                .map(|b| u32::from_le_bytes(b.try_into().unwrap())),
+        );
+        let bad_chunks = their_bad + if opts.read { bad.len() as u64 } else { 0 };
+        for &c in &bad {
+            let c = c as usize;
+            println!(
+                "client: chunk {c} BAD: placed on plane {:?}, posted {} times",
+                transfer.placement(c),
+                transfer.posts(c)
+            );
         }
-        sum.value()
-    } else {
-        source_sum
+        if bad_chunks == 0 || round == proto::REPAIR_ROUNDS {
+            break (ours, theirs, bad_chunks);
+        }
+        round += 1;
+        for &c in &bad {
+            repaired += u64::from(transfer.redo(c as usize));
+        }
+        println!(
+            "client: repair round {round}: {} chunks sent again",
+            bad.len()
+        );
+        let mut control = Control {
+            session: &mut session,
+        };
+        let deadline = Deadline::after(TRANSFER_LIMIT);
+        while !transfer.step(&mut control)?.done {
+            if deadline.passed() {
+                return Err("the repair took too long".into());
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
     };
-    let placement: Vec<u8> = (0..chunks)
-        .map(|c| transfer.placement(c).map_or(u8::MAX, |p| p as u8))
-        .collect();
-    proto::send(&mut session, proto::DONE, ours, 0)?;
-    proto::send_bytes(&mut session, &placement)?;
-    let sums: Vec<u8> = chunk_sums.iter().flat_map(|s| s.to_le_bytes()).collect();
-    proto::send_bytes(&mut session, &sums)?;
-    let (_, theirs, their_bad) = proto::recv(&mut session, Duration::from_secs(120))?;
-    let mut named = vec![0u8; 4 * their_bad.min(proto::BAD_NAMED) as usize];
-    proto::recv_bytes(&mut session, &mut named)?;
-    bad.extend(
-        named
-            .chunks(4)
-            .map(|b| u32::from_le_bytes(b.try_into().unwrap())),
-    );
-    let bad_chunks = their_bad + if opts.read { bad.len() as u64 } else { 0 };
     let matched = ours == theirs && (!opts.read || ours == source_sum) && bad_chunks == 0;
     println!(
-        "checksum client={ours:#018x} server={theirs:#018x} {}, {bad_chunks} chunks differ",
+        "checksum client={ours:#018x} server={theirs:#018x} {}, {bad_chunks} chunks differ, {repaired} repaired",
         if matched { "match" } else { "MISMATCH" }
     );
-    for &c in &bad {
-        let c = c as usize;
-        println!(
-            "client: chunk {c} BAD: placed on plane {:?}, posted {} times",
-            transfer.placement(c),
-            transfer.posts(c)
-        );
-    }
     if let Some(child) = at_half.take() {
         finish(child, trigger.is_some());
     }
@@ -342,7 +368,15 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
     }
     println!(
         "{}",
-        result_line(&transfer, opts, &samples, trigger, &failed, bad_chunks, matched)
+        result_line(
+            &transfer,
+            opts,
+            &samples,
+            trigger,
+            &failed,
+            (bad_chunks, repaired),
+            matched
+        )
     );
     Ok(matched)
 }

@@ -5,12 +5,15 @@
 //! `tests/softroce/pair --planes K` (see tests/softroce/transfer_drill).
 //!
 //! ```text
-//! transfer server [--port N] [--devs rxe0,rxe1]
+//! transfer server [--port N] [--devs rxe0,rxe1] [--zero-chunk C]
 //! transfer client HOST [--port N] [--devs rxe0,rxe1] [--planes K] [--qps Q]
 //!                 [--mib M | --file PATH] [--read] [--chunk-kib C] [--depth D]
 //!                 [--timeout T] [--retry R] [--slack X] [--tc TC] [--hop-limit H]
 //!                 [--start-at SECS] [--cut-at SECS] [--at-half CMD] [--tick-ms MS]
 //!                 [--fail-every MIB] [--no-readmit]
+//!   --zero-chunk  (server) zero chunk C on every plane before the first check,
+//!               as if its write had never landed: the client's repair round
+//!               must send it again
 //!   --devs      the devices, one per plane, in plane order (default: every
 //!               device, sorted by name; the client's --planes K takes the first K)
 //!   --qps       queue pairs (paths) per plane (default 2)
@@ -65,6 +68,7 @@ pub struct Opts {
     pub cut_at: Option<f64>,
     pub at_half: Option<String>,
     pub fail_every: u64,
+    pub zero_chunk: Option<usize>,
     pub tick_ms: u64,
     pub readmit: bool,
 }
@@ -92,6 +96,7 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Opts), String> {
         cut_at: None,
         at_half: None,
         fail_every: 0,
+        zero_chunk: None,
         tick_ms: 1000,
         readmit: true,
     };
@@ -143,6 +148,7 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Opts), String> {
             "--cut-at" => o.cut_at = Some(secs()?),
             "--at-half" => o.at_half = Some(value.clone()),
             "--fail-every" => o.fail_every = num()?,
+            "--zero-chunk" => o.zero_chunk = Some(num()? as usize),
             "--tick-ms" => o.tick_ms = num()?.max(50),
             other => return Err(format!("unknown option {other:?}")),
         }

@@ -17,9 +17,13 @@ pub const REPATH: u8 = b'R';
 /// byte per chunk and each chunk's checksum (8 bytes, little-endian)
 /// follow. Server -> client: `a` is the server's checksum, `b` how many
 /// chunks differ, then the first [`BAD_NAMED`] of them (4 bytes each).
+/// With chunks differing, the client may send them again and `DONE` again.
 pub const DONE: u8 = b'D';
 /// How many differing chunks the server names.
 pub const BAD_NAMED: u64 = 64;
+/// Rounds of sending differing chunks again (each followed by another
+/// `DONE`) before the client gives up.
+pub const REPAIR_ROUNDS: u32 = 3;
 
 const FRAME: usize = 17;
 

@@ -80,7 +80,7 @@ pub fn result_line(
     samples: &[Sample],
     trigger: Trigger,
     failed: &Failed,
-    bad_chunks: u64,
+    (bad_chunks, repaired): (u64, u64),
     ok: bool,
 ) -> String {
     let p = t.progress();
@@ -89,7 +89,7 @@ pub fn result_line(
     let secs = (finished - started).as_secs_f64();
     let sum = |f: fn(&PathStats) -> u64| t.paths().map(f).sum::<u64>();
     let mut line = format!(
-        "RESULT op={} bytes={} planes={} qps={} chunk_kib={} secs={:.3} mbs={:.2} resent_bytes={} failures={} readmissions={} failed_probes={} nominal_ms={} bound_ms={} bad_chunks={bad_chunks}",
+        "RESULT op={} bytes={} planes={} qps={} chunk_kib={} secs={:.3} mbs={:.2} resent_bytes={} failures={} readmissions={} failed_probes={} nominal_ms={} bound_ms={} bad_chunks={bad_chunks} repaired={repaired}",
         if opts.read { "read" } else { "write" },
         p.total,
         t.planes().len(),

@@ -75,8 +75,13 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
             "to be written"
         }
     );
+    let mut verdict = None;
     loop {
-        let (cmd, a, _) = proto::recv(&mut session, IDLE)?;
+        let (cmd, a, _) = match (proto::recv(&mut session, IDLE), verdict) {
+            (Ok(frame), _) => frame,
+            (Err(_), Some(ok)) => return Ok(ok),
+            (Err(e), None) => return Err(e.into()),
+        };
         match cmd {
             proto::REPATH => repath(&mut planes, qps, a as usize, &mut session)?,
             proto::DONE => {
@@ -91,6 +96,16 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
                     .collect();
                 // The client read: the source is the same on every plane.
                 let placement = if op == 1 { vec![0; count] } else { placement };
+                if let Some(c) = opts.zero_chunk.filter(|_| verdict.is_none()) {
+                    let offset = c as u64 * chunk_len;
+                    if offset < len {
+                        let zeros = vec![0u8; chunk_len.min(len - offset) as usize];
+                        for plane in &mut planes {
+                            plane.region.write_at(offset as usize, &zeros)?;
+                        }
+                        println!("server: chunk {c} zeroed on every plane (--zero-chunk)");
+                    }
+                }
                 let (ours, bad) = checksum(&planes, len, chunk_len, &placement, &expected)?;
                 proto::send(&mut session, proto::DONE, ours, bad.len() as u64)?;
                 let named: Vec<u8> = bad
@@ -111,7 +126,9 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
                     if ok { "match" } else { "MISMATCH" },
                     bad.len()
                 );
-                return Ok(ok);
+                // The client may send differing chunks again and say DONE
+                // again; the last verdict stands once it hangs up.
+                verdict = Some(ok);
             }
             other => return Err(format!("unknown command {:?}", other as char).into()),
         }

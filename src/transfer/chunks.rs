@@ -115,6 +115,18 @@ impl ChunkTable {
         true
     }
 
+    /// Done chunk `c` waits again, at the back (an end-to-end check found
+    /// its bytes wrong). Returns whether it was done.
+    pub fn redo(&mut self, c: usize) -> bool {
+        if !matches!(self.state.get(c), Some(ChunkState::Done(_))) {
+            return false;
+        }
+        self.state[c] = ChunkState::Waiting;
+        self.done -= 1;
+        self.waiting.push_back(c as u32);
+        true
+    }
+
     /// The plane whose memory holds chunk `c`'s final bytes, once done.
     pub fn placement(&self, c: usize) -> Option<u16> {
         match self.state.get(c) {
@@ -168,5 +180,19 @@ mod tests {
         assert!(!t.completed(7, 0, 0), "out of range");
         assert_eq!(t.done(), 1);
         assert_eq!(t.waiting(), 1);
+    }
+
+    #[test]
+    fn a_redone_chunk_waits_again_and_only_a_done_one() {
+        let mut t = ChunkTable::new(2);
+        let c = t.next_waiting().unwrap();
+        t.posted(c, 0);
+        assert!(!t.redo(c), "in flight: not done yet");
+        assert!(t.completed(c, 0, 1));
+        assert!(t.redo(c));
+        assert_eq!((t.done(), t.waiting(), t.placement(c)), (0, 2, None));
+        assert_eq!(t.next_waiting(), Some(1));
+        assert_eq!(t.next_waiting(), Some(c));
+        assert!(t.posted(c, 1), "a second post");
     }
 }

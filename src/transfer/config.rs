@@ -122,14 +122,11 @@ pub struct Plane<B> {
 /// connect the new one to `ours`, and answer with its endpoint.
 ///
 /// Fresh queue pairs, not the old ones reset: a reset queue pair keeps its
-/// QPN, so packets of its earlier life still in the network (a request, an
-/// ACK delayed behind a stalled host) reach the new connection, and an old
-/// ACK whose PSN happens to lie ahead can complete a new request whose
-/// data never arrived. On Soft-RoCE, after the watchdog failed slow but
-/// live paths on a starved host and they were re-admitted on their old
-/// QPNs, the transfer completed and the peer's checksum differed (the
-/// cause above is the likely one, not proven). A new QPN leaves the old
-/// packets nowhere to land.
+/// QPN, so packets of its earlier life still in the network (a request,
+/// an ACK delayed behind a stalled host) reach the new connection, where
+/// only the new random PSN keeps them out. A new QPN leaves them nowhere
+/// to land.
+///
 /// Called from [`super::Transfer::step`]; blocking there holds up the
 /// other paths, so an implementation should answer within milliseconds
 /// or give up (`None`, retried after the backoff).

@@ -301,6 +301,17 @@ impl<B: NicBuf> Transfer<B> {
         self.chunks.placement(c)
     }
 
+    /// Sends done chunk `c` again: for an end-to-end check (a checksum at
+    /// the peer) that found its bytes wrong, which no completion status
+    /// can rule out. Step or run the transfer to the end again.
+    pub fn redo(&mut self, c: usize) -> bool {
+        let redone = c < self.chunks.len() && self.chunks.redo(c);
+        if redone {
+            self.finished = None;
+        }
+        redone
+    }
+
     /// How often chunk `c` was posted (more than once: re-sprayed).
     pub fn posts(&self, c: usize) -> u16 {
         if c < self.chunks.len() {
