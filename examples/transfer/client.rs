@@ -315,10 +315,15 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
         let bad_chunks = their_bad + if opts.read { bad.len() as u64 } else { 0 };
         for &c in &bad {
             let c = c as usize;
+            let by = transfer.done_by(c).map(usize::from);
+            let path = by.and_then(|i| transfer.paths().nth(i));
             println!(
-                "client: chunk {c} BAD: placed on plane {:?}, posted {} times",
+                "client: chunk {c} BAD: placed on plane {:?}, posted {} times, completed by path {by:?} ({} failures, {} re-admissions, {:?} now)",
                 transfer.placement(c),
-                transfer.posts(c)
+                transfer.posts(c),
+                path.map_or(0, |p| p.failures),
+                path.map_or(0, |p| p.readmissions),
+                path.map(|p| p.state),
             );
         }
         if bad_chunks == 0 || round == proto::REPAIR_ROUNDS {

@@ -24,6 +24,8 @@ pub struct ChunkTable {
     state: Vec<ChunkState>,
     /// Posts of each chunk so far: more than one means it was re-sprayed.
     posts: Vec<u16>,
+    /// The path whose post of each chunk completed it.
+    by: Vec<u16>,
     waiting: VecDeque<u32>,
     done: usize,
 }
@@ -36,6 +38,7 @@ impl ChunkTable {
         ChunkTable {
             state: alloc::vec![ChunkState::Waiting; count],
             posts: alloc::vec![0; count],
+            by: alloc::vec![0; count],
             waiting,
             done: 0,
         }
@@ -99,6 +102,7 @@ impl ChunkTable {
             return false;
         }
         self.state[c] = ChunkState::Done(plane);
+        self.by[c] = path;
         self.done += 1;
         true
     }
@@ -135,6 +139,11 @@ impl ChunkTable {
         }
     }
 
+    /// The path that completed chunk `c`, once done.
+    pub fn done_by(&self, c: usize) -> Option<u16> {
+        self.placement(c).map(|_| self.by[c])
+    }
+
     /// How often chunk `c` was posted.
     pub fn posts(&self, c: usize) -> u16 {
         self.posts[c]
@@ -166,6 +175,7 @@ mod tests {
             (Some(0), Some(0), Some(1))
         );
         assert_eq!(t.posts(b), 2);
+        assert_eq!((t.done_by(1), t.done_by(2)), (Some(0), Some(1)));
     }
 
     #[test]

@@ -312,6 +312,15 @@ impl<B: NicBuf> Transfer<B> {
         redone
     }
 
+    /// The path whose post completed chunk `c`, once done.
+    pub fn done_by(&self, c: usize) -> Option<u16> {
+        if c < self.chunks.len() {
+            self.chunks.done_by(c)
+        } else {
+            None
+        }
+    }
+
     /// How often chunk `c` was posted (more than once: re-sprayed).
     pub fn posts(&self, c: usize) -> u16 {
         if c < self.chunks.len() {
