@@ -247,7 +247,9 @@ mod tests {
     fn text_form_matches_core_net() {
         // Exhaustive over which groups are zero (2^8 patterns) and a few
         // non-zero values: core::net::Ipv6Addr also follows RFC 5952.
-        for mask in 0u32..256 {
+        // Under Miri (safe code, and a minute of formatting) every 16th.
+        let step = if cfg!(miri) { 16 } else { 1 };
+        for mask in (0u32..256).step_by(step) {
             for fill in [1u16, 0xabc, 0xffff] {
                 let mut raw = [0u8; 16];
                 for i in 0..8 {

@@ -397,7 +397,7 @@ fn shared_across_threads() {
             let shared = std::sync::Arc::clone(&shared);
             std::thread::spawn(move || {
                 let mut mine = Vec::new();
-                for i in 0..miri_or(200, 2000) {
+                for i in 0..miri_or(60, 2000) {
                     mine.push(shared.alloc(64 + (i * 7 + k) % 5000, 8 << (i % 6)).unwrap());
                     if i % 3 == 0 {
                         let a = mine.swap_remove((i as usize * 13) % mine.len());
@@ -416,7 +416,7 @@ fn shared_across_threads() {
     shared.check_invariants().unwrap();
     let s = shared.stats();
     assert_eq!((s.in_use, s.alloc_count, s.free_blocks), (0, 0, 1));
-    assert_eq!(s.total_allocs, 4 * miri_or(200, 2000));
+    assert_eq!(s.total_allocs, 4 * miri_or(60, 2000));
     let t = std::sync::Arc::into_inner(shared).unwrap().into_inner();
     checked(&t);
 }

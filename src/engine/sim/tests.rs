@@ -15,7 +15,7 @@ fn env(name: &str, default: u64) -> u64 {
 /// (seeds, operations per seed): about a million operations in all.
 fn budget() -> (u64, u64) {
     if cfg!(miri) {
-        (env("VERBS_SIM_SEEDS", 4), env("VERBS_SIM_OPS", 300))
+        (env("VERBS_SIM_SEEDS", 2), env("VERBS_SIM_OPS", 300))
     } else {
         (env("VERBS_SIM_SEEDS", 200), env("VERBS_SIM_OPS", 5_000))
     }
