@@ -1,0 +1,294 @@
+//! The service: one engine (one completion queue, one shared receive
+//! queue) holding every client's queue pair, one thread polling it. A
+//! request's receive buffer carries its response back (the header
+//! rewritten, the payload echoed or inverted in place), then returns to
+//! the shared receive queue. Handshakes run on the exchange server's
+//! threads (bounded, a stalled one never blocks the data path); the loop
+//! only picks up finished ones.
+
+use std::time::{Duration, Instant};
+
+use verbs::exchange::{Server, ServerConfig};
+use verbs::{
+    Arena, ArenaBuf, ArenaConfig, ConnectOptions, Context, Deadline, Engine, EngineConfig, HostBuf,
+    Local, ProtectionDomain, QpConfig, QpId, RecvRequest, SendOp, SendRequest, SrqConfig, WcStatus,
+};
+
+use crate::proto::{judge, Header, Op, Status, HEADER};
+use crate::{BoxError, Opts};
+
+/// Queue-pair send depth: a closed-loop client has one request out, a
+/// pipelining one a few; beyond this its responses are dropped (counted).
+const SEND_DEPTH: u32 = 8;
+
+#[derive(Default)]
+struct Counters {
+    requests: u64,
+    malformed: u64,
+    too_large: u64,
+    unknown: u64,
+    dropped: u64,
+    conns_gone: u64,
+}
+
+pub fn run(opts: &Opts) -> Result<(), BoxError> {
+    let ctx = Context::open(opts.dev.as_deref())?;
+    let pd = ProtectionDomain::new(&ctx)?;
+    // Receive buffers hold twice the largest payload served: a request
+    // claiming more than the limit but fitting is answered "too large";
+    // one bigger than the buffer is the transport's error (its
+    // connection alone goes to ERR and is dropped).
+    let buf_len = HEADER + 2 * opts.max_payload as usize;
+    let srq_depth = opts.srq_depth;
+    let spare = opts.max_conns * SEND_DEPTH;
+    let buffers = srq_depth + spare;
+    let mut arena = Arena::new(
+        &pd,
+        &ArenaConfig {
+            capacity: (buffers as usize * buf_len.next_multiple_of(64)).max(1 << 20),
+            max_buffers: buffers + 64,
+            ..ArenaConfig::default()
+        },
+    )?;
+    let config = EngineConfig {
+        cq_depth: Some(srq_depth + spare),
+        srq: Some(SrqConfig {
+            max_wr: srq_depth,
+            max_sge: 1,
+        }),
+        ..EngineConfig::default()
+    };
+    let mut engine: Engine<ArenaBuf> = Engine::new(&pd, &config)?;
+    for _ in 0..srq_depth {
+        engine
+            .post_srq_recv(RecvRequest::new(arena.alloc(buf_len)?))
+            .map_err(|e| e.error)?;
+    }
+    let server = Server::bind(
+        ("0.0.0.0", opts.port),
+        ServerConfig {
+            max_pending: 64,
+            ..ServerConfig::default()
+        },
+        |peer, err| eprintln!("server: refused {peer}: {err}"),
+    )?;
+    println!(
+        "server: listening on port {}, payloads up to {} B, {} receives shared, up to {} clients",
+        opts.port, opts.max_payload, srq_depth, opts.max_conns
+    );
+    let qp_config = QpConfig {
+        max_send_wr: SEND_DEPTH,
+        max_recv_wr: 1,
+        ..QpConfig::default()
+    };
+    // A dead client is found within about a second (timeout 14, 3 retries);
+    // a full shared receive queue makes senders wait, not fail.
+    let connect = ConnectOptions {
+        retry_cnt: 3,
+        ..ConnectOptions::default()
+    };
+    let mut live: Vec<QpId> = Vec::new();
+    let mut dead: Vec<QpId> = Vec::with_capacity(opts.max_conns as usize);
+    let mut free: Vec<ArenaBuf> = Vec::with_capacity(buffers as usize);
+    let mut scratch = vec![0u8; buf_len];
+    // At most one poll's worth (16 entries per queue) of responses.
+    let mut out: Vec<(QpId, SendRequest<ArenaBuf>)> = Vec::with_capacity(64);
+    let mut n = Counters::default();
+    let (mut last, mut last_requests) = (Instant::now(), 0);
+    let started = Instant::now();
+    let mut stop = false;
+    let mut polls: u32 = 0;
+    while !stop {
+        polls = polls.wrapping_add(1);
+        let got = engine.poll(|mut c| {
+            let qp = c.qp();
+            let failed = c.status() != WcStatus::SUCCESS;
+            let buf = c.take_buf();
+            if failed {
+                // A flushed or failed request: the connection is done.
+                if let Some(qp) = qp {
+                    if !dead.contains(&qp) && dead.len() < dead.capacity() {
+                        dead.push(qp);
+                    }
+                }
+                free.extend(buf);
+                return;
+            }
+            let Some(buf) = buf else { return };
+            if !c.is_recv() {
+                free.push(buf); // a response went out
+                return;
+            }
+            let Some(qp) = qp else {
+                free.push(buf);
+                return;
+            };
+            n.requests += 1;
+            match respond(
+                buf,
+                c.byte_len() as usize,
+                opts,
+                &mut scratch,
+                &mut n,
+                &mut stop,
+            ) {
+                Ok(response) => out.push((qp, response)),
+                Err(buf) => free.push(buf),
+            }
+        });
+        let got = got?;
+        // Responses built in the callback go out here (the callback cannot
+        // post: the engine is polling).
+        for (qp, req) in out.drain(..) {
+            if let Err(e) = engine.post_send(qp, req) {
+                n.dropped += 1;
+                free.extend(e.request.into_bufs());
+            }
+        }
+        // Keep the shared receive queue full.
+        while (engine.srq_posted() as u32) < srq_depth {
+            let Some(buf) = free.pop() else { break };
+            if let Err(e) = engine.post_srq_recv(RecvRequest::new(buf)) {
+                free.extend(e.request.into_bufs());
+                break;
+            }
+        }
+        for qp in dead.drain(..) {
+            if engine.remove_qp(qp).is_ok() {
+                live.retain(|&q| q != qp);
+                n.conns_gone += 1;
+            }
+        }
+        // New clients and the clock, every 512th poll: a busy loop stays a
+        // poll loop, and a handshake waits microseconds at most.
+        if got == 0 && polls % 512 != 0 {
+            continue;
+        }
+        if polls % 512 == 0 {
+            accept(&server, &mut engine, &qp_config, &connect, &mut live, opts)?;
+            if last.elapsed() >= Duration::from_secs(1) {
+                let secs = last.elapsed().as_secs_f64();
+                println!(
+                    "server: t={:.0}s req/s={:.0} conns={} errors: malformed={} too_large={} unknown_op={} dropped={} conns_gone={}",
+                    started.elapsed().as_secs_f64(),
+                    (n.requests - last_requests) as f64 / secs,
+                    live.len(),
+                    n.malformed,
+                    n.too_large,
+                    n.unknown,
+                    n.dropped,
+                    n.conns_gone
+                );
+                (last, last_requests) = (Instant::now(), n.requests);
+            }
+            if opts.seconds > 0 && started.elapsed().as_secs() >= opts.seconds {
+                break;
+            }
+        }
+    }
+    println!(
+        "server: stopped after {:.1}s: {} requests, malformed={} too_large={} unknown_op={} dropped={} conns_gone={}",
+        started.elapsed().as_secs_f64(),
+        n.requests,
+        n.malformed,
+        n.too_large,
+        n.unknown,
+        n.dropped,
+        n.conns_gone
+    );
+    Ok(())
+}
+
+/// The response to the request of `received` bytes in `buf`, built in
+/// `buf` itself; `Err(buf)` when there is nothing to answer.
+fn respond(
+    mut buf: ArenaBuf,
+    received: usize,
+    opts: &Opts,
+    scratch: &mut [u8],
+    n: &mut Counters,
+    stop: &mut bool,
+) -> Result<SendRequest<ArenaBuf>, ArenaBuf> {
+    let mut raw = [0u8; HEADER];
+    let header =
+        (received >= HEADER && buf.read_at(0, &mut raw).is_ok()).then(|| Header::decode(&raw));
+    let status = judge(header.as_ref(), received, opts.max_payload, opts.allow_stop);
+    let id = header.map_or(0, |h| h.id);
+    let op = header.map_or(Op(0), |h| h.op);
+    let len = match status {
+        Status::OK => header.map_or(0, |h| h.len) as usize,
+        Status::MALFORMED => {
+            n.malformed += 1;
+            0
+        }
+        Status::TOO_LARGE => {
+            n.too_large += 1;
+            0
+        }
+        _ => {
+            n.unknown += 1;
+            0
+        }
+    };
+    if status == Status::OK && op == Op::INVERT {
+        let payload = &mut scratch[..len];
+        if buf.read_at(HEADER, payload).is_err() {
+            return Err(buf);
+        }
+        for b in payload.iter_mut() {
+            *b = !*b;
+        }
+        if buf.write_at(HEADER, payload).is_err() {
+            return Err(buf);
+        }
+    }
+    if status == Status::OK && op == Op::STOP {
+        *stop = true;
+    }
+    let reply = Header::new(op, status, len as u32, id);
+    if buf.write_at(0, &reply.encode()).is_err() {
+        return Err(buf);
+    }
+    match Local::range(buf, 0, HEADER + len) {
+        Ok(local) => Ok(SendRequest::new(SendOp::Send, local)),
+        Err((_, buf)) => Err(buf),
+    }
+}
+
+/// Takes every client whose handshake finished: a queue pair on the
+/// engine, connected before our endpoint is revealed.
+fn accept(
+    server: &Server,
+    engine: &mut Engine<ArenaBuf>,
+    qp_config: &QpConfig,
+    connect: &ConnectOptions,
+    live: &mut Vec<QpId>,
+    opts: &Opts,
+) -> Result<(), BoxError> {
+    while let Ok(hs) = server.next_client(Deadline::after(Duration::ZERO)) {
+        if live.len() >= opts.max_conns as usize {
+            eprintln!("server: full ({} clients): refused one", live.len());
+            continue; // dropping the handshake closes it unanswered
+        }
+        let qp = engine.add_qp(qp_config)?;
+        let ours = match engine
+            .connect_with(qp, hs.peer_endpoint(), connect)
+            .and_then(|_| engine.endpoint(qp))
+        {
+            Ok(ours) => ours,
+            Err(e) => {
+                eprintln!("server: a client's endpoint did not connect: {e}");
+                engine.remove_qp(qp)?;
+                continue;
+            }
+        };
+        match hs.reply(&ours) {
+            Ok(_session) => live.push(qp),
+            Err(e) => {
+                eprintln!("server: a client left during its handshake: {e}");
+                engine.remove_qp(qp)?;
+            }
+        }
+    }
+    Ok(())
+}
