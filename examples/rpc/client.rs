@@ -58,6 +58,7 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
         &pd,
         &EngineConfig {
             cq_depth: Some((most * (SPARES + 1)) as u32 + 16),
+            events: opts.sleep_after > 0,
             ..EngineConfig::default()
         },
     )?;
@@ -283,6 +284,7 @@ impl Client {
         let mut answered = Vec::with_capacity(self.conns.len());
         let (size, op) = (opts.size, opts.op);
         let mut sending = true;
+        let (mut idle, mut armed) = (0u32, false);
         loop {
             let now = ticks();
             if now >= end {
@@ -304,7 +306,7 @@ impl Client {
                 eprintln!("client: responses still missing 5 s after the level ended");
                 break;
             }
-            self.poll(
+            let got = self.poll(
                 |i, want, header, head, latency| {
                     if !response_ok(header, head, want, size, op) {
                         errors += 1;
@@ -321,6 +323,18 @@ impl Client {
             for i in answered.drain(..) {
                 if self.conns[i].alive {
                     ready.push(i);
+                }
+            }
+            // As the server: with --sleep-after, arm, poll once more, sleep.
+            idle = if got == 0 { idle + 1 } else { 0 };
+            if opts.sleep_after > 0 && idle > opts.sleep_after {
+                if armed {
+                    self.engine
+                        .sleep_until_event(Deadline::after(Duration::from_millis(10)))?;
+                    (idle, armed) = (0, false);
+                } else {
+                    self.engine.arm(false)?;
+                    armed = true;
                 }
             }
         }

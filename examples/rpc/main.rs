@@ -6,10 +6,10 @@
 //!
 //! ```text
 //! rpc server [--port N] [--dev D] [--max-payload B] [--srq-depth D]
-//!            [--max-conns C] [--seconds S] [--allow-stop]
+//!            [--max-conns C] [--seconds S] [--allow-stop] [--sleep-after N]
 //! rpc client HOST [--port N] [--dev D] [--conns 1,4,16,64,256] [--size B]
 //!            [--seconds S] [--op echo|invert] [--nodes K --rank R --leader ADDR]
-//!            [--max-payload B] [--stop] [--bad]
+//!            [--max-payload B] [--stop] [--bad] [--sleep-after N]
 //!   server   runs until a client's stop (with --allow-stop) or --seconds,
 //!            printing one line per second (requests/s, connections, errors)
 //!   --conns  load levels: total connections over all K client nodes (this
@@ -18,6 +18,10 @@
 //!            leader (rank 0) at ADDR, port N+1
 //!   --bad    send requests the server must refuse, check each answer
 //!   --stop   (rank 0) ask the server to stop at the end
+//!   --sleep-after N  (both) after N empty polls in a row, sleep on the
+//!            completion channel until the next completion (default 0:
+//!            always spin, the lowest latency; sleeping leaves the CPU to
+//!            others, such as the other guests of a test bed on few cores)
 //! ```
 //! The message format is in proto.rs: a 16-byte header (magic, op,
 //! status, length, request id), then the payload.
@@ -51,6 +55,7 @@ pub struct Opts {
     pub leader: String,
     pub stop: bool,
     pub bad: bool,
+    pub sleep_after: u32,
 }
 
 const USAGE: &str =
@@ -74,6 +79,7 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
         leader: String::new(),
         stop: false,
         bad: false,
+        sleep_after: 0,
     };
     let mut it = args.iter();
     let role = it.next().cloned().ok_or("a role: server or client")?;
@@ -102,6 +108,7 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
                     "--nodes" => o.nodes = v.parse().map_err(|e| bad(&e))?,
                     "--rank" => o.rank = v.parse().map_err(|e| bad(&e))?,
                     "--leader" => o.leader = v.clone(),
+                    "--sleep-after" => o.sleep_after = v.parse().map_err(|e| bad(&e))?,
                     "--conns" => {
                         o.sweep = v
                             .split(',')

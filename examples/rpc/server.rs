@@ -56,6 +56,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
             max_wr: srq_depth,
             max_sge: 1,
         }),
+        events: opts.sleep_after > 0,
         ..EngineConfig::default()
     };
     let mut engine: Engine<ArenaBuf> = Engine::new(&pd, &config)?;
@@ -98,6 +99,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     let started = Instant::now();
     let mut stop = false;
     let mut polls: u32 = 0;
+    let (mut idle, mut armed) = (0u32, false);
     while !stop {
         polls = polls.wrapping_add(1);
         let got = engine.poll(|mut c| {
@@ -159,12 +161,27 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 n.conns_gone += 1;
             }
         }
-        // New clients and the clock, every 512th poll: a busy loop stays a
-        // poll loop, and a handshake waits microseconds at most.
-        if got == 0 && polls % 512 != 0 {
+        // With --sleep-after, a long enough run of empty polls arms the
+        // completion channel, polls once more (a completion that came before
+        // arming raises no event), and then sleeps on it, at most 50 ms.
+        idle = if got == 0 { idle + 1 } else { 0 };
+        let mut slept = false;
+        if opts.sleep_after > 0 && idle > opts.sleep_after {
+            if armed {
+                engine.sleep_until_event(Deadline::after(Duration::from_millis(50)))?;
+                (idle, armed, slept) = (0, false, true);
+            } else {
+                engine.arm(false)?;
+                armed = true;
+                continue;
+            }
+        }
+        // New clients and the clock, every 512th poll or after a sleep: a
+        // busy loop stays a poll loop, and a handshake waits microseconds.
+        if got == 0 && polls % 512 != 0 && !slept {
             continue;
         }
-        if polls % 512 == 0 {
+        if polls % 512 == 0 || slept {
             accept(&server, &mut engine, &qp_config, &connect, &mut live, opts)?;
             if last.elapsed() >= Duration::from_secs(1) {
                 let secs = last.elapsed().as_secs_f64();
