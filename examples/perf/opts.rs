@@ -44,6 +44,11 @@ usage: perf TEST [OPTIONS] [server | client HOST]
       --spin-hint         one CPU spin-wait hint (x86 PAUSE) per empty poll,
                           as QueuePair::wait does; default: re-poll at once,
                           perftest's loop
+      --plain             bw sender: every request owns an arena buffer and is
+                          posted with post_send and handed back by the poll
+                          (default: one prepared request posted again and
+                          again, perftest's one buffer; chains with -l are
+                          always plain)
       --buf-mem MIB       local buffer memory per side (default 64): each
                           request in flight owns a buffer, so large sizes
                           keep fewer in flight
@@ -90,6 +95,7 @@ pub struct Opts {
     pub post_list: u32,
     pub qps: usize,
     pub spin_hint: bool,
+    pub plain: bool,
     pub buf_mem_mib: usize,
     /// How long to wait for the peer and for connection set-up.
     pub setup_timeout: Duration,
@@ -131,6 +137,7 @@ impl Opts {
             post_list: 1,
             qps: 1,
             spin_hint: false,
+            plain: false,
             buf_mem_mib: 64,
             setup_timeout: Duration::from_secs(120),
             json: false,
@@ -167,6 +174,7 @@ impl Opts {
                 "-l" | "--post_list" | "--chain" => o.post_list = num(name, &value()?)?,
                 "-q" | "--qp" => o.qps = num(name, &value()?)?,
                 "--spin-hint" => o.spin_hint = true,
+                "--plain" => o.plain = true,
                 "--buf-mem" => o.buf_mem_mib = num(name, &value()?)?,
                 "--setup-timeout" => {
                     o.setup_timeout = Duration::from_secs(num(name, &value()?)?);
@@ -316,6 +324,7 @@ impl Opts {
             rx_depth: self.rx_depth,
             initiator,
             spin_hint: self.spin_hint,
+            plain: self.plain,
             warm_up: self.warm_up && matches!(self.test, Test::WriteBw | Test::ReadBw),
             stall: clock.ticks_in(STALL),
         }
@@ -324,7 +333,7 @@ impl Opts {
     /// What both sides of a two-host run must agree on.
     pub fn fingerprint(&self) -> String {
         format!(
-            "perf/1 {} sizes={:?} iters={} tx={} rx={} inline={} cq={:?} list={} qps={} cm={} warm={}",
+            "perf/1 {} sizes={:?} iters={} tx={} rx={} inline={} cq={:?} list={} qps={} cm={} warm={} plain={}",
             self.test.name(),
             self.sizes(),
             self.iters(),
@@ -335,7 +344,8 @@ impl Opts {
             self.post_list,
             self.qps,
             self.rdma_cm,
-            self.warm_up
+            self.warm_up,
+            self.plain
         )
     }
 }

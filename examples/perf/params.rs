@@ -113,6 +113,8 @@ pub struct Params {
     /// One CPU spin-wait hint (`pause` on x86) per empty poll, as
     /// `QueuePair::wait` does. Off: re-poll at once, perftest's loop.
     pub spin_hint: bool,
+    /// The bandwidth sender posts own-buffer requests (`--plain`).
+    pub plain: bool,
     /// Post and complete one window before measuring (perftest's
     /// `--perform_warm_up`; only `write_bw` and `read_bw` have it).
     pub warm_up: bool,
@@ -131,9 +133,9 @@ impl Params {
     /// Requests come from one prepared request, its buffer carved once and
     /// posted again and again: the latency tests' only request, and the
     /// bandwidth sender's one source behind the whole window (perftest's
-    /// single buffer), unless it posts chains (each chained request owns
-    /// a buffer).
+    /// single buffer), unless it posts chains or `--plain` asks for
+    /// own-buffer requests (each then owns a buffer).
     pub fn prepared_send(&self) -> bool {
-        self.test.is_latency() || (self.initiator && self.post_list <= 1)
+        self.test.is_latency() || (self.initiator && self.post_list <= 1 && !self.plain)
     }
 }
