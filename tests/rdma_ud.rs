@@ -231,6 +231,10 @@ fn rdma_operations_and_connected_posts_are_refused_on_ud() {
         .post_inline(a, SendOp::Send, b"x", 0, true)
         .expect_err("post_inline on UD");
     assert_eq!(e2.kind(), ErrorKind::Unsupported);
+    let r = e
+        .prepare_send(a, SendRequest::new(SendOp::Send, small(&pd)))
+        .expect_err("a prepared send would name no destination");
+    assert_eq!(r.error.kind(), ErrorKind::Unsupported);
     let peer = e.endpoint(b).unwrap();
     assert_eq!(e.connect(a, &peer).unwrap_err().kind(), ErrorKind::BadState);
     assert_eq!(e.in_flight(a).unwrap(), (0, 0));
@@ -293,6 +297,13 @@ fn a_ud_receive_needs_room_for_the_grh_and_a_byte() {
     assert_eq!(r.error.kind(), ErrorKind::InvalidArgument);
     assert!(r.error.to_string().contains("GRH_LEN"), "{}", r.error);
     assert_eq!(e.in_flight(b).unwrap(), (0, 0));
+    let short = Local::range(region(&pd), 0, GRH_LEN)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let r = e
+        .prepare_recv(b, RecvRequest::new(short))
+        .expect_err("prepared: the same rule");
+    assert_eq!(r.error.kind(), ErrorKind::InvalidArgument);
     let enough = Local::range(region(&pd), 0, GRH_LEN + 1)
         .map_err(|(e, _)| e)
         .unwrap();

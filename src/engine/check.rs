@@ -201,3 +201,22 @@ pub(crate) fn ud_recv_too_short() -> Error {
 
 /// The shortest UD receive accepted.
 pub(crate) const MIN_UD_RECV: usize = crate::grh::GRH_LEN + 1;
+
+/// What preparing a request on a UD queue pair refuses (setup time): a
+/// send (it would name no destination), a receive without room for the GRH.
+pub(crate) fn check_prepare_ud<B, Q>(
+    slot: &QpSlot<B, Q>,
+    send: bool,
+    len: usize,
+) -> Result<(), Error> {
+    if slot.transport != Transport::Ud {
+        return Ok(());
+    }
+    if send {
+        return Err(cannot_send_on(slot));
+    }
+    if len < MIN_UD_RECV {
+        return Err(ud_recv_too_short());
+    }
+    Ok(())
+}

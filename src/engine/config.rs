@@ -45,8 +45,12 @@ pub enum Transport {
     ///   dropped silently;
     /// - every receive starts with [`crate::GRH_LEN`] bytes the device fills
     ///   with the packet's routing header: a receive buffer needs room for
-    ///   them and the payload (`post_recv` refuses one shorter than
-    ///   `GRH_LEN + 1`).
+    ///   them and the payload (`post_recv` and `prepare_recv` refuse one
+    ///   shorter than `GRH_LEN + 1`; a shared receive queue's receives are
+    ///   not the queue pair's to check: size them yourself).
+    ///
+    /// Prepared sends, memory windows and the [`crate::QueuePair`] front
+    /// are connected-only: a UD queue pair lives on an [`crate::Engine`].
     ///
     /// Connected with [`crate::Engine::ready_ud`] (INIT -> RTR -> RTS, no
     /// peer), never with `connect`.
