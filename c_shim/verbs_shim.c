@@ -52,5 +52,7 @@ VERBS_CHECK(ibv_destroy_qp);
 VERBS_CHECK(ibv_create_srq);
 VERBS_CHECK(ibv_modify_srq);
 VERBS_CHECK(ibv_destroy_srq);
+VERBS_CHECK(ibv_create_ah);
+VERBS_CHECK(ibv_destroy_ah);
 VERBS_CHECK(ibv_wc_status_str);
 VERBS_CHECK(ibv_event_type_str);

@@ -56,6 +56,8 @@ VERBS_DIRECT(int, ibv_destroy_qp, (struct ibv_qp *qp));
 VERBS_DIRECT(struct ibv_srq *, ibv_create_srq, (struct ibv_pd *pd, struct ibv_srq_init_attr *srq_init_attr));
 VERBS_DIRECT(int, ibv_modify_srq, (struct ibv_srq *srq, struct ibv_srq_attr *srq_attr, int srq_attr_mask));
 VERBS_DIRECT(int, ibv_destroy_srq, (struct ibv_srq *srq));
+VERBS_DIRECT(struct ibv_ah *, ibv_create_ah, (struct ibv_pd *pd, struct ibv_ah_attr *attr));
+VERBS_DIRECT(int, ibv_destroy_ah, (struct ibv_ah *ah));
 VERBS_DIRECT(const char *, ibv_wc_status_str, (enum ibv_wc_status status));
 VERBS_DIRECT(const char *, ibv_event_type_str, (enum ibv_event_type event));
 

@@ -29,6 +29,7 @@ pub mod error;
 mod raw;
 
 pub mod gid;
+pub mod grh;
 pub mod time;
 pub mod tlsf;
 
@@ -55,12 +56,13 @@ pub mod transfer;
 pub use device::{devices, AsyncEvent, Context, DeviceInfo, GidEntry};
 pub use endpoint::{Endpoint, Mtu, RemoteRegion};
 pub use engine::{
-    Completion, CompletionRef, ConnectOptions, Engine, EngineConfig, PathInfo, PostError, Prepared,
-    PreparedHandle, PreparedRecv, PreparedSend, QpAttributes, QpConfig, QpId, QpState, Queue,
-    RawSend, SrqConfig, Transport, MAX_CHAIN, RAW_ID_LIMIT,
+    AhId, Completion, CompletionRef, ConnectOptions, Engine, EngineConfig, PathInfo, PostError,
+    Prepared, PreparedHandle, PreparedRecv, PreparedSend, QpAttributes, QpConfig, QpId, QpState,
+    Queue, RawSend, SrqConfig, Transport, UdDest, DEFAULT_QKEY, MAX_CHAIN, RAW_ID_LIMIT,
 };
 pub use error::{Error, ErrorKind};
 pub use gid::Gid;
+pub use grh::{Grh, GRH_LEN};
 #[cfg(feature = "std")]
 pub use memory::SharedArena;
 pub use memory::{

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 /// The top-level modules, bottom up: each imports only from those before it.
 const LAYERS: &[&str] = &[
-    "sys", "error", "raw", "time", "gid", "tlsf", "endpoint", "wire", "device", "pd", "memory",
-    "sgl", "wr", "engine", "qp", "cm", "exchange", "transfer",
+    "sys", "error", "raw", "time", "gid", "grh", "tlsf", "endpoint", "wire", "device", "pd",
+    "memory", "sgl", "wr", "engine", "qp", "cm", "exchange", "transfer",
 ];
 
 /// The modules allowed `unsafe` (each with a `# Safety` section in its docs).

@@ -102,6 +102,23 @@ fn inline_refused(too_long: bool) -> Error {
     ))
 }
 
+/// Why a send cannot be posted now on `slot`: a UD queue pair (its sends
+/// go through `post_ud_send`), the state, or a full queue.
+#[cold]
+pub(crate) fn cannot_send_on<B, Q>(slot: &QpSlot<B, Q>) -> Error {
+    if slot.transport == Transport::Ud {
+        return Error::new(
+            site!(
+                "post_send",
+                "a UD queue pair's sends name their destination",
+                "post_ud_send (Send and Send-with-immediate only)"
+            ),
+            ErrorKind::Unsupported,
+        );
+    }
+    cannot_send(slot.state)
+}
+
 /// Why a send cannot be posted now: the state, or a full queue.
 #[cold]
 pub(crate) fn cannot_send(state: QpState) -> Error {
@@ -170,4 +187,36 @@ pub(crate) fn post_hint(e: Error) -> Error {
         )),
         _ => e,
     }
+}
+
+/// A UD receive's refusal: room for the GRH and at least one byte.
+#[cold]
+pub(crate) fn ud_recv_too_short() -> Error {
+    Error::invalid(site!(
+        "post_recv(UD)",
+        "a UD receive needs GRH_LEN (40) bytes for the routing header plus room for the payload",
+        "post buffers of at least GRH_LEN + Engine::ud_max_payload bytes"
+    ))
+}
+
+/// The shortest UD receive accepted.
+pub(crate) const MIN_UD_RECV: usize = crate::grh::GRH_LEN + 1;
+
+/// What preparing a request on a UD queue pair refuses (setup time): a
+/// send (it would name no destination), a receive without room for the GRH.
+pub(crate) fn check_prepare_ud<B, Q>(
+    slot: &QpSlot<B, Q>,
+    send: bool,
+    len: usize,
+) -> Result<(), Error> {
+    if slot.transport != Transport::Ud {
+        return Ok(());
+    }
+    if send {
+        return Err(cannot_send_on(slot));
+    }
+    if len < MIN_UD_RECV {
+        return Err(ud_recv_too_short());
+    }
+    Ok(())
 }

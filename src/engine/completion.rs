@@ -99,6 +99,40 @@ impl<B> CompletionRef<'_, B> {
             .then(|| u32::from_be(self.wc.imm_data))
     }
 
+    /// For a datagram receive, the sender's queue pair number (0 otherwise).
+    #[inline]
+    pub fn src_qp(&self) -> u32 {
+        if self.own_entry {
+            self.wc.src_qp
+        } else {
+            0
+        }
+    }
+
+    /// The entry's flags as the library wrote them: `GRH` (a datagram
+    /// receive whose first [`crate::GRH_LEN`] bytes hold the routing
+    /// header), `WITH_IMM`, ... (empty for an unsignaled request).
+    #[inline]
+    pub fn wc_flags(&self) -> sys::ibv_wc_flags {
+        if self.own_entry {
+            self.wc.wc_flags
+        } else {
+            sys::ibv_wc_flags::EMPTY
+        }
+    }
+
+    /// Where a receive's payload starts in its buffer: [`crate::GRH_LEN`]
+    /// when the entry has `IBV_WC_GRH` (every UD receive on RoCE), else 0.
+    /// [`CompletionRef::byte_len`] counts those bytes too.
+    #[inline]
+    pub fn payload_offset(&self) -> usize {
+        if self.wc_flags().contains(sys::ibv_wc_flags::GRH) {
+            crate::grh::GRH_LEN
+        } else {
+            0
+        }
+    }
+
     /// False for an unsignaled request (no completion entry of its own).
     #[inline]
     pub fn signaled(&self) -> bool {
@@ -161,7 +195,8 @@ impl<B> CompletionRef<'_, B> {
             imm: self.imm(),
             signaled: self.signaled(),
             vendor_err: self.vendor_err(),
-            src_qp: self.wc.src_qp,
+            src_qp: self.src_qp(),
+            wc_flags: self.wc_flags(),
             sgl: Sgl::empty(),
             prepared: self.prepared(),
         };
@@ -233,6 +268,8 @@ pub struct Completion<B> {
     pub vendor_err: u32,
     /// For a datagram receive, the sender's queue pair number.
     pub src_qp: u32,
+    /// The entry's flags (see [`CompletionRef::wc_flags`]).
+    pub wc_flags: sys::ibv_wc_flags,
     sgl: Sgl<B>,
     prepared: Option<Prepared>,
 }

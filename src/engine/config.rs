@@ -28,6 +28,33 @@ pub enum Transport {
     ///
     /// Write, Write-with-immediate and Send remain.
     Uc,
+    /// Unreliable datagram: one queue pair talks to any number of peers,
+    /// each message addressed on its own (an address handle, the peer's
+    /// QPN and Q_Key: [`crate::engine::UdDest`]). What it gives up and
+    /// asks for:
+    /// - Send and Send-with-immediate only, posted with
+    ///   [`crate::Engine::post_ud_send`]; RDMA Write, Read and atomics are
+    ///   refused with [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported)
+    ///   before anything is posted, and so is `post_send` (it names no
+    ///   destination);
+    /// - a message is at most the port's active MTU (and
+    ///   [`QpConfig::max_mtu`]): larger is refused before posting
+    ///   ([`crate::Engine::ud_max_payload`]);
+    /// - no acknowledgement, no retransmission, no receiver-not-ready wait:
+    ///   a message that finds no posted receive, or a receive too short, is
+    ///   dropped silently;
+    /// - every receive starts with [`crate::GRH_LEN`] bytes the device fills
+    ///   with the packet's routing header: a receive buffer needs room for
+    ///   them and the payload (`post_recv` and `prepare_recv` refuse one
+    ///   shorter than `GRH_LEN + 1`; a shared receive queue's receives are
+    ///   not the queue pair's to check: size them yourself).
+    ///
+    /// Prepared sends, memory windows and the [`crate::QueuePair`] front
+    /// are connected-only: a UD queue pair lives on an [`crate::Engine`].
+    ///
+    /// Connected with [`crate::Engine::ready_ud`] (INIT -> RTR -> RTS, no
+    /// peer), never with `connect`.
+    Ud,
 }
 
 impl Transport {
@@ -35,6 +62,7 @@ impl Transport {
         match self {
             Transport::Rc => sys::ibv_qp_type::RC,
             Transport::Uc => sys::ibv_qp_type::UC,
+            Transport::Ud => sys::ibv_qp_type::UD,
         }
     }
 }
@@ -45,7 +73,7 @@ impl Transport {
 /// it connects.
 #[derive(Clone, Copy, Debug)]
 pub struct QpConfig {
-    /// RC (default) or UC.
+    /// RC (default), UC or UD.
     pub transport: Transport,
     /// Port number (from 1).
     pub port: u8,
@@ -64,9 +92,18 @@ pub struct QpConfig {
     /// `REMOTE_ATOMIC`. Least privilege: nothing unless asked for.
     pub remote_access: Access,
     /// Upper bound on the path MTU (the port's active MTU and the peer's
-    /// also bound it).
+    /// also bound it). For UD, the largest message.
     pub max_mtu: Mtu,
+    /// UD only: the Q_Key the queue pair accepts (a datagram carrying
+    /// another is dropped) and that peers put in their sends to it.
+    /// Values with the top bit set are privileged (the kernel wants
+    /// `CAP_NET_RAW`) and refused.
+    pub qkey: u32,
 }
+
+/// The Q_Key a UD queue pair gets by default (any non-privileged value
+/// both sides agree on works).
+pub const DEFAULT_QKEY: u32 = 0x1119_5ead;
 
 impl Default for QpConfig {
     fn default() -> Self {
@@ -80,6 +117,7 @@ impl Default for QpConfig {
             max_inline_data: 64,
             remote_access: Access::EMPTY,
             max_mtu: Mtu::MTU_4096,
+            qkey: DEFAULT_QKEY,
         }
     }
 }

@@ -85,6 +85,16 @@ impl<B: NicBuf> Engine<B, Verbs> {
     ) -> Result<PathInfo, Error> {
         let local = self.endpoint(qp)?;
         let slot = self.slot_mut(qp)?;
+        if slot.transport == super::config::Transport::Ud {
+            return Err(Error::new(
+                site!(
+                    "connect",
+                    "a UD queue pair has no peer to connect to",
+                    "ready_ud() moves it to RTS; each send names its destination (post_ud_send)"
+                ),
+                ErrorKind::BadState,
+            ));
+        }
         if slot.state != QpState::INIT {
             return Err(Error::new(
                 site!(

@@ -10,6 +10,7 @@ use crate::error::{Error, ErrorKind};
 use crate::memory::NicBuf;
 use crate::site;
 
+use super::ah_table::AhTable;
 use super::doorbell::{Provider, Verbs};
 use super::id::MAX_QPS;
 use super::prepared_table::PreparedTable;
@@ -49,6 +50,9 @@ pub struct Engine<B, P: Provider = Verbs> {
     pub(crate) prepared: PreparedTable<B>,
     /// Sleep on a completion channel in `wait` (else spin).
     pub(crate) events: bool,
+    /// The address handles UD sends name (`ah_table.rs`): dropped after
+    /// the queue pairs, leaked if one of them was.
+    pub(crate) ahs: AhTable,
 }
 
 impl<B: NicBuf, P: Provider> Engine<B, P> {
@@ -82,6 +86,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             srq,
             prepared: PreparedTable::new(id),
             events,
+            ahs: AhTable::new(),
         }
     }
 
@@ -265,6 +270,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             let dead = core::mem::replace(&mut self.qps[index as usize], vacant_slot());
             core::mem::forget(dead);
             self.prepared.leak_qp(index);
+            self.ahs.pin();
             return Err(e.leaked(site!(
                 "ibv_destroy_qp",
                 "the queue pair and every buffer posted to it were leaked"
@@ -304,6 +310,8 @@ impl<B, P: Provider> Drop for Engine<B, P> {
             }
         }
         if leaked {
+            // A leaked queue pair may still send with any address handle.
+            self.ahs.pin();
             // Prepared requests may belong to a leaked queue pair.
             core::mem::forget(core::mem::replace(
                 &mut self.prepared,

@@ -9,9 +9,11 @@
 //! - `doorbell`: the only place work requests reach the device.
 //! - `post`, `poll`: the data path; `check`: what a send is checked for.
 //! - `setup`, `connect`, `expose`: building, connecting, exposing memory.
+//! - `ud`, `ah_table`: datagrams and the address handles they name.
 //!
 //! See `docs/ARCHITECTURE.md` for the path of one post and one poll.
 
+mod ah_table;
 mod check;
 mod completion;
 mod config;
@@ -31,9 +33,13 @@ mod setup;
 #[cfg(test)]
 mod sim;
 mod srq;
+mod ud;
 
+pub use ah_table::AhId;
 pub use completion::{Completion, CompletionRef};
-pub use config::{ConnectOptions, EngineConfig, QpConfig, Queue, SrqConfig, Transport, MAX_CHAIN};
+pub use config::{
+    ConnectOptions, EngineConfig, QpConfig, Queue, SrqConfig, Transport, DEFAULT_QKEY, MAX_CHAIN,
+};
 pub use connect::QpAttributes;
 pub use core::Engine;
 pub use doorbell::RawSend;
@@ -43,6 +49,7 @@ pub use path::PathInfo;
 pub use post::PostError;
 pub use prepared_table::{Prepared, PreparedHandle, PreparedRecv, PreparedSend};
 pub use qp_slot::{QpId, QpState};
+pub use ud::UdDest;
 
 // An engine, and so a `QueuePair`, moves to another thread with its
 // buffers (its prepared requests' raw pointers point into its own heap).

@@ -8,7 +8,11 @@ use crate::memory::NicBuf;
 use crate::site;
 use crate::wr::{RecvRequest, SendOp, SendRequest};
 
-use super::check::{cannot_recv, cannot_send, check_send, completes_as, post_hint};
+use super::check::{
+    cannot_recv, cannot_send_on, check_send, completes_as, post_hint, ud_recv_too_short,
+    MIN_UD_RECV,
+};
+use super::config::Transport;
 use super::core::Engine;
 use super::doorbell::{self, OwnSend, Provider, SendMeta};
 use super::qp_slot::{signal_decision, QpId};
@@ -52,7 +56,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         };
         if slot.send.len() >= slot.send_room {
             return Err(PostError {
-                error: cannot_send(slot.state),
+                error: cannot_send_on(slot),
                 request: req,
             });
         }
@@ -122,7 +126,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         }
         let (prov, slot) = self.split(qp)?;
         if slot.send.len() + count as u64 > slot.send_room {
-            return Err(cannot_send(slot.state));
+            return Err(cannot_send_on(slot));
         }
         let mut run = slot.unsignaled_run;
         // The run after each request, to restore exactly what was posted.
@@ -197,7 +201,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     ) -> Result<(), Error> {
         let (prov, slot) = self.split(qp)?;
         if slot.send.len() >= slot.send_room {
-            return Err(cannot_send(slot.state));
+            return Err(cannot_send_on(slot));
         }
         check_send(slot, &op, data.len() as u64, true)?;
         let mut run = slot.unsignaled_run;
@@ -237,6 +241,12 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         if slot.recv.len() >= slot.recv_room {
             return Err(PostError {
                 error: cannot_recv(slot.state, slot.has_srq),
+                request: req,
+            });
+        }
+        if slot.transport == Transport::Ud && req.sgl.total_len() < MIN_UD_RECV {
+            return Err(PostError {
+                error: ud_recv_too_short(),
                 request: req,
             });
         }

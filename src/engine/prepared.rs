@@ -13,7 +13,7 @@ use crate::site;
 use crate::sys::ibv_wc_opcode as WcOpcode;
 use crate::wr::{RecvRequest, SendRequest};
 
-use super::check::{check_send, completes_as};
+use super::check::{check_prepare_ud, check_send, completes_as};
 use super::core::Engine;
 use super::doorbell::{send_flags, PreparedWr, Provider};
 use super::post::PostError;
@@ -44,6 +44,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         req: SendRequest<B>,
     ) -> Result<PreparedSend, PostError<SendRequest<B>>> {
         let built = self.slot(qp).and_then(|slot| {
+            check_prepare_ud(slot, true, 0)?;
             check_send(slot, &req.op, req.sgl.total_len() as u64, req.flags.inline)?;
             let f = req.flags;
             PreparedWr::send(
@@ -94,6 +95,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             if slot.has_srq {
                 return Err(super::check::cannot_recv(slot.state, true));
             }
+            check_prepare_ud(slot, false, req.sgl.total_len())?;
             PreparedWr::recv(&req.sgl, slot.caps.max_recv_sge)
         });
         let wr = match built {

@@ -132,7 +132,10 @@ impl<B, Q> QpSlot<B, Q> {
     /// Records the state the QP is now in, and what it lets the data path post.
     pub(crate) fn set_state(&mut self, state: QpState) {
         self.state = state;
-        self.send_room = if state == QpState::RTS {
+        // A UD send names its destination: it posts through
+        // `post_ud_send` only (which checks RTS and the ring itself), so
+        // every other send path finds no room.
+        self.send_room = if state == QpState::RTS && self.transport != Transport::Ud {
             self.send.capacity()
         } else {
             0

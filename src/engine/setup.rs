@@ -16,7 +16,7 @@ use crate::sys::{self, ibv_qp_attr_mask as M, Zeroed};
 use crate::time::Deadline;
 
 use super::completion::CompletionRef;
-use super::config::{EngineConfig, QpConfig};
+use super::config::{EngineConfig, QpConfig, Transport};
 use super::core::Engine;
 use super::doorbell::Verbs;
 use super::poll::DEAD_PEER;
@@ -171,6 +171,13 @@ impl<B: NicBuf> Engine<B, Verbs> {
         let dev = ctx.query_device()?;
         let port = ctx.query_port(config.port)?;
         let gid = select_gid(&ctx, config, &port)?;
+        if config.transport == Transport::Ud && config.qkey & 0x8000_0000 != 0 {
+            return Err(Error::invalid(site!(
+                "ibv_create_qp(UD)",
+                "a Q_Key with the top bit set is privileged (CAP_NET_RAW)",
+                "choose a Q_Key below 0x80000000 (QpConfig::qkey)"
+            )));
+        }
         let limit = dev.max_qp_wr();
         if config.max_send_wr > limit || config.max_recv_wr > limit {
             return Err(Error::invalid(site!(
@@ -226,16 +233,19 @@ impl<B: NicBuf> Engine<B, Verbs> {
         attr.qp_state = QpState::INIT;
         attr.pkey_index = 0;
         attr.port_num = slot.info.config.port;
-        attr.qp_access_flags = slot.info.config.remote_access;
+        // A datagram queue pair has a Q_Key instead of remote access rights.
+        let mask = if slot.transport == Transport::Ud {
+            attr.qkey = slot.info.config.qkey;
+            M::STATE | M::PKEY_INDEX | M::PORT | M::QKEY
+        } else {
+            attr.qp_access_flags = slot.info.config.remote_access;
+            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS
+        };
         let raw = slot
             .qp
             .as_ref()
             .ok_or(Error::invalid(site!("queue pair")))?;
-        raw.modify(
-            site!("ibv_modify_qp(RESET->INIT)"),
-            &mut attr,
-            M::STATE | M::PKEY_INDEX | M::PORT | M::ACCESS_FLAGS,
-        )?;
+        raw.modify(site!("ibv_modify_qp(RESET->INIT)"), &mut attr, mask)?;
         slot.set_state(QpState::INIT);
         Ok(())
     }

@@ -17,6 +17,7 @@
 //! [`leaked_objects`] counts these.
 #![allow(unsafe_code)]
 
+mod ah;
 #[cfg(feature = "rdmacm")]
 pub(crate) mod cm;
 mod cq;
@@ -30,6 +31,7 @@ mod qp;
 mod ret;
 mod srq;
 
+pub(crate) use ah::RawAh;
 pub(crate) use cq::{RawChannel, RawCq};
 pub(crate) use device::{raw_devices, RawContext};
 pub use leak::leaked_objects;

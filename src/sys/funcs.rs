@@ -163,6 +163,12 @@ extern_c! {
     pub fn ibv_modify_srq(srq: *mut ibv_srq, srq_attr: *mut ibv_srq_attr, srq_attr_mask: c_int) -> c_int;
     "libibverbs" "int ibv_destroy_srq(struct ibv_srq *srq)"
     pub fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int;
+    "libibverbs" "struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)"
+    /// An address handle for UD sends: NULL and `errno` on failure (RoCE
+    /// needs `is_global = 1` and a populated `grh.sgid_index`).
+    pub fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah;
+    "libibverbs" "int ibv_destroy_ah(struct ibv_ah *ah)"
+    pub fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int;
     "libibverbs" "const char *ibv_wc_status_str(enum ibv_wc_status status)"
     pub fn ibv_wc_status_str(status: ibv_wc_status) -> *const c_char;
     "libibverbs" "const char *ibv_event_type_str(enum ibv_event_type event)"

@@ -33,7 +33,7 @@ opaque! {
     ibv_device,
     /// `struct ibv_context` (opaque: its `ops` table is the provider's business).
     ibv_context,
-    /// `struct ibv_ah` (opaque; UD address handles are not used by the safe layer).
+    /// `struct ibv_ah` (opaque: created and destroyed by `raw::RawAh`, named by UD sends).
     ibv_ah,
     /// `struct ibv_wq` (opaque; appears only in `ibv_async_event`).
     ibv_wq,

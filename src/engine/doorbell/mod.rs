@@ -19,7 +19,9 @@
 //!   completion or the queue's successful destroy (`srq.rs`);
 //! - a window bind names a window and a region its [`ExposedBuf`] keeps
 //!   alive (`memory/exposed.rs`), and inline data is copied by the provider
-//!   during the post.
+//!   during the post;
+//! - a datagram names an address handle the engine's table keeps alive
+//!   while any UD send is in flight (`ah_table.rs`).
 //!
 //! [`ExposedBuf`]: crate::ExposedBuf
 #![allow(unsafe_code)]
@@ -30,6 +32,7 @@ mod build;
 mod prepared_wr;
 mod provider;
 mod raw_send;
+mod ud;
 
 use crate::error::Error;
 use crate::memory::{ArenaBuf, NicBuf};
@@ -47,6 +50,7 @@ pub(crate) use prepared_wr::PreparedWr;
 pub use provider::{Provider, Verbs};
 pub(crate) use raw_send::send_raw;
 pub use raw_send::RawSend;
+pub(crate) use ud::{send_ud, UdTarget};
 
 /// One send of the caller's: its operation and buffers, and how to post it.
 pub(crate) struct OwnSend<'a, B> {
