@@ -1,14 +1,16 @@
 //! The load generator: closed-loop connections (one request out each),
 //! every one a queue pair on one engine, stepped through load levels in
 //! step with the other client nodes; and the checks of what the server
-//! answers to bad requests.
+//! answers to bad requests. Over RC, or over UD (`--ud`): one datagram
+//! queue pair per connection, each request addressed to the server's.
 
 use std::time::{Duration, Instant};
 
 use verbs::exchange::connect_and_exchange;
 use verbs::{
     Arena, ArenaBuf, ArenaConfig, ConnectOptions, Context, Deadline, Engine, EngineConfig, HostBuf,
-    Local, ProtectionDomain, QpConfig, QpId, RecvRequest, SendOp, SendRequest, WcStatus,
+    Local, ProtectionDomain, QpConfig, QpId, RecvRequest, SendOp, SendRequest, Transport, UdDest,
+    WcStatus, DEFAULT_QKEY, GRH_LEN,
 };
 
 use crate::barrier::Barrier;
@@ -21,8 +23,10 @@ use crate::{BoxError, Opts};
 /// of the request it answers.
 const SPARES: usize = 2;
 
-struct Conn {
-    qp: QpId,
+pub(crate) struct Conn {
+    pub(crate) qp: QpId,
+    /// The server's queue pair, for a datagram connection.
+    dest: Option<UdDest>,
     spare: [Option<ArenaBuf>; SPARES],
     waiting: bool,
     next_id: u64,
@@ -31,20 +35,24 @@ struct Conn {
     alive: bool,
 }
 
-struct Client {
-    engine: Engine<ArenaBuf>,
+pub(crate) struct Client {
+    pub(crate) engine: Engine<ArenaBuf>,
     arena: Arena,
-    conns: Vec<Conn>,
+    pub(crate) conns: Vec<Conn>,
     /// Connection of each engine queue-pair index.
     by_index: Vec<usize>,
     buf_len: usize,
+    /// Datagrams: responses arrive after the GRH, and some get lost.
+    pub(crate) ud: bool,
+    /// Datagram requests sent again after going unanswered.
+    lost: u64,
 }
 
 pub fn run(opts: &Opts) -> Result<bool, BoxError> {
     let ctx = Context::open(opts.dev.as_deref())?;
     let pd = ProtectionDomain::new(&ctx)?;
     let most = opts.sweep.iter().copied().max().unwrap_or(1) as usize;
-    let buf_len = HEADER + opts.size.max(opts.max_payload as usize + 1);
+    let buf_len = GRH_LEN + HEADER + opts.size.max(opts.max_payload as usize + 1);
     let buffers = most * (SPARES + 1) + 8;
     let arena = Arena::new(
         &pd,
@@ -68,10 +76,12 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
         conns: Vec::new(),
         by_index: Vec::new(),
         buf_len,
+        ud: opts.ud,
+        lost: 0,
     };
     let server = (opts.host.as_str(), opts.port);
     if opts.bad {
-        return bad_requests(&mut c, server, opts);
+        return crate::refusals::bad_requests(&mut c, server, opts);
     }
     let clock = Clock::calibrate(Duration::from_millis(100));
     if opts.rank == 0 {
@@ -105,6 +115,12 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
             rows.push(row);
         }
         ok &= errors == 0;
+        if c.ud {
+            println!(
+                "client: rank {}: {} datagram requests sent again after 500 ms unanswered",
+                opts.rank, c.lost
+            );
+        }
     }
     if opts.stop && opts.rank == 0 {
         c.open(server)?;
@@ -117,8 +133,13 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
 
 impl Client {
     /// One more connection to the server, its receive posted.
-    fn open(&mut self, server: (&str, u16)) -> Result<(), BoxError> {
+    pub(crate) fn open(&mut self, server: (&str, u16)) -> Result<(), BoxError> {
         let qp = self.engine.add_qp(&QpConfig {
+            transport: if self.ud {
+                Transport::Ud
+            } else {
+                Transport::Rc
+            },
             max_send_wr: SPARES as u32,
             max_recv_wr: 1,
             ..QpConfig::default()
@@ -130,11 +151,24 @@ impl Client {
             None,
             Deadline::after(Duration::from_secs(30)),
         )?;
-        let opts = ConnectOptions {
-            retry_cnt: 3,
-            ..ConnectOptions::default()
+        // A datagram queue pair has no peer: each request names the
+        // server's queue pair through an address handle to its port.
+        let dest = if self.ud {
+            self.engine.ready_ud(qp)?;
+            let ah = self.engine.create_ah(qp, theirs.gid, theirs.lid)?;
+            Some(UdDest {
+                ah,
+                qpn: theirs.qpn,
+                qkey: DEFAULT_QKEY,
+            })
+        } else {
+            let opts = ConnectOptions {
+                retry_cnt: 3,
+                ..ConnectOptions::default()
+            };
+            self.engine.connect_with(qp, &theirs, &opts)?;
+            None
         };
-        self.engine.connect_with(qp, &theirs, &opts)?;
         let recv = self.arena.alloc(self.buf_len)?;
         self.engine
             .post_recv(qp, RecvRequest::new(recv))
@@ -151,6 +185,7 @@ impl Client {
         self.by_index[qp.index()] = self.conns.len();
         self.conns.push(Conn {
             qp,
+            dest,
             spare,
             waiting: false,
             next_id: 1,
@@ -170,7 +205,7 @@ impl Client {
 
     /// Sends connection `i`'s next request of `len` payload bytes (`bytes`
     /// instead, as they are, when given). False when no buffer is back yet.
-    fn send(
+    pub(crate) fn send(
         &mut self,
         i: usize,
         op: Op,
@@ -194,10 +229,12 @@ impl Client {
                 HEADER + len
             }
         };
-        let local = Local::range(buf, 0, n).map_err(|(e, _)| e)?;
-        self.engine
-            .post_send(conn.qp, SendRequest::new(SendOp::Send, local))
-            .map_err(|e| e.error)?;
+        let req = SendRequest::new(SendOp::Send, Local::range(buf, 0, n).map_err(|(e, _)| e)?);
+        match &conn.dest {
+            Some(dest) => self.engine.post_ud_send(conn.qp, dest, req),
+            None => self.engine.post_send(conn.qp, req),
+        }
+        .map_err(|e| e.error)?;
         conn.next_id += 1;
         conn.waiting = true;
         conn.sent_at = ticks();
@@ -243,13 +280,20 @@ impl Client {
                 return;
             }
             let latency = ticks().wrapping_sub(conn.sent_at);
-            conn.waiting = false;
             let mut raw = [0u8; HEADER];
             let mut head = [0u8; 8];
-            let header = (c.byte_len() as usize >= HEADER && buf.read_at(0, &mut raw).is_ok())
-                .then(|| Header::decode(&raw));
-            let _ = buf.read_at(HEADER, &mut head);
-            on_response(i, conn.next_id - 1, header, head, latency);
+            let at = c.payload_offset();
+            let header = (c.byte_len() as usize >= at + HEADER
+                && buf.read_at(at, &mut raw).is_ok())
+            .then(|| Header::decode(&raw));
+            let _ = buf.read_at(at + HEADER, &mut head);
+            let want = conn.next_id - 1;
+            // A datagram answer to a request sent again since: late, not wrong.
+            let stale = conn.dest.is_some() && header.is_some_and(|h| h.id < want);
+            if !stale {
+                conn.waiting = false;
+                on_response(i, want, header, head, latency);
+            }
             if n_back < back.len() {
                 back[n_back] = Some((conn.qp, buf));
                 n_back += 1;
@@ -285,6 +329,8 @@ impl Client {
         let (size, op) = (opts.size, opts.op);
         let mut sending = true;
         let (mut idle, mut armed) = (0u32, false);
+        let resend = clock.ticks_in(Duration::from_millis(500));
+        let mut sweeps = 0u32;
         loop {
             let now = ticks();
             if now >= end {
@@ -325,6 +371,18 @@ impl Client {
                     ready.push(i);
                 }
             }
+            // Datagrams get lost: a request unanswered for 500 ms is sent
+            // again (the service is idempotent), now and then looked for.
+            sweeps = sweeps.wrapping_add(1);
+            if self.ud && sending && sweeps % 1024 == 0 {
+                for (i, c) in self.conns.iter_mut().enumerate() {
+                    if c.waiting && c.alive && now.wrapping_sub(c.sent_at) > resend {
+                        c.waiting = false;
+                        self.lost += 1;
+                        ready.push(i);
+                    }
+                }
+            }
             // As the server: with --sleep-after, arm, poll once more, sleep.
             idle = if got == 0 { idle + 1 } else { 0 };
             if opts.sleep_after > 0 && idle > opts.sleep_after {
@@ -342,7 +400,7 @@ impl Client {
     }
 
     /// Sends `bytes` on connection `i` and waits for the response's header.
-    fn call(&mut self, i: usize, bytes: &[u8]) -> Result<Header, BoxError> {
+    pub(crate) fn call(&mut self, i: usize, bytes: &[u8]) -> Result<Header, BoxError> {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !self.send(i, Op(0), 0, Some(bytes))? {
             self.poll(|_, _, _, _, _| {}, &mut 0)?;
@@ -372,68 +430,4 @@ fn response_ok(header: Option<Header>, head: [u8; 8], id: u64, size: usize, op: 
         && h.id == id
         && h.len as usize == size
         && head[..n] == want[..n]
-}
-
-/// What the server answers to requests it must refuse, then that a good
-/// request still works: true when every answer was the right one.
-fn bad_requests(c: &mut Client, server: (&str, u16), opts: &Opts) -> Result<bool, BoxError> {
-    c.open(server)?;
-    let max = opts.max_payload;
-    let good = Header::new(Op::ECHO, Status::OK, 4, 7);
-    let with_payload = |h: Header, len: usize| {
-        let mut b = h.encode().to_vec();
-        b.resize(HEADER + len, 0x5A);
-        b
-    };
-    let cases: Vec<(&str, Vec<u8>, Status)> = vec![
-        ("shorter than a header", vec![1, 2, 3], Status::MALFORMED),
-        (
-            "wrong magic",
-            with_payload(
-                Header {
-                    magic: 0xBEEF,
-                    ..good
-                },
-                4,
-            ),
-            Status::MALFORMED,
-        ),
-        ("length disagrees", with_payload(good, 9), Status::MALFORMED),
-        (
-            "over the limit",
-            with_payload(
-                Header {
-                    len: max + 1,
-                    ..good
-                },
-                max as usize + 1,
-            ),
-            Status::TOO_LARGE,
-        ),
-        (
-            "unknown op",
-            with_payload(
-                Header {
-                    op: Op(200),
-                    ..good
-                },
-                4,
-            ),
-            Status::UNKNOWN_OP,
-        ),
-        ("good", with_payload(good, 4), Status::OK),
-    ];
-    let mut ok = true;
-    for (what, bytes, want) in cases {
-        let h = c.call(0, &bytes)?;
-        let pass = h.status == want;
-        println!(
-            "client: {what}: answered {} ({})",
-            h.status.name(),
-            if pass { "as it should" } else { "WRONG" }
-        );
-        ok &= pass;
-    }
-    println!("RESULT bad_requests={}", if ok { "pass" } else { "FAIL" });
-    Ok(ok)
 }

@@ -1,15 +1,16 @@
 //! A request/response service over RC Send/Recv with a shared receive
-//! queue, and its load generator: closed-loop clients whose connections
+//! queue, or over UD (`--ud`: one datagram queue pair serves every
+//! client), and its load generator: closed-loop clients whose connections
 //! may be spread over several nodes, stepped through load levels, each
 //! level's latency percentiles and rate printed for the whole cluster.
 //! Made for `tests/softroce/cluster` (see tests/softroce/rpc).
 //!
 //! ```text
 //! rpc server [--port N] [--dev D] [--max-payload B] [--srq-depth D]
-//!            [--max-conns C] [--seconds S] [--allow-stop] [--sleep-after N]
+//!            [--max-conns C] [--seconds S] [--allow-stop] [--sleep-after N] [--ud]
 //! rpc client HOST [--port N] [--dev D] [--conns 1,4,16,64,256] [--size B]
 //!            [--seconds S] [--op echo|invert] [--nodes K --rank R --leader ADDR]
-//!            [--max-payload B] [--stop] [--bad] [--sleep-after N]
+//!            [--max-payload B] [--stop] [--bad] [--sleep-after N] [--ud]
 //!   server   runs until a client's stop (with --allow-stop) or --seconds,
 //!            printing one line per second (requests/s, connections, errors)
 //!   --conns  load levels: total connections over all K client nodes (this
@@ -17,6 +18,8 @@
 //!   --nodes/--rank/--leader  the client nodes keep in step through the
 //!            leader (rank 0) at ADDR, port N+1
 //!   --bad    send requests the server must refuse, check each answer
+//!   --ud     datagrams (both sides): payloads up to a datagram less the
+//!            header; a request unanswered for 500 ms is sent again
 //!   --stop   (rank 0) ask the server to stop at the end
 //!   --sleep-after N  (both) after N empty polls in a row, sleep on the
 //!            completion channel until the next completion (default 0:
@@ -31,13 +34,16 @@ mod client;
 #[path = "../perf/clock.rs"]
 mod clock;
 mod proto;
+mod refusals;
 mod server;
+mod server_ud;
 mod stats;
 
 use std::process::ExitCode;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+#[derive(Clone)]
 pub struct Opts {
     pub host: String,
     pub port: u16,
@@ -56,6 +62,7 @@ pub struct Opts {
     pub stop: bool,
     pub bad: bool,
     pub sleep_after: u32,
+    pub ud: bool,
 }
 
 const USAGE: &str =
@@ -80,6 +87,7 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
         stop: false,
         bad: false,
         sleep_after: 0,
+        ud: false,
     };
     let mut it = args.iter();
     let role = it.next().cloned().ok_or("a role: server or client")?;
@@ -94,6 +102,7 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--allow-stop" => o.allow_stop = true,
             "--stop" => o.stop = true,
             "--bad" => o.bad = true,
+            "--ud" => o.ud = true,
             _ => {
                 let v = it.next().ok_or(format!("{flag} needs a value"))?;
                 let bad = |e: &dyn std::fmt::Display| format!("{flag} {v}: {e}");
@@ -152,7 +161,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let result = if role == "server" {
+    let result = if role == "server" && opts.ud {
+        server_ud::run(&opts).map(|()| true)
+    } else if role == "server" {
         server::run(&opts).map(|()| true)
     } else {
         client::run(&opts)

@@ -22,13 +22,69 @@ use crate::{BoxError, Opts};
 const SEND_DEPTH: u32 = 8;
 
 #[derive(Default)]
-struct Counters {
-    requests: u64,
+pub struct Counters {
+    pub requests: u64,
     malformed: u64,
     too_large: u64,
     unknown: u64,
-    dropped: u64,
-    conns_gone: u64,
+    pub dropped: u64,
+    pub conns_gone: u64,
+}
+
+impl Counters {
+    pub fn errors(&self) -> String {
+        format!(
+            "malformed={} too_large={} unknown_op={} dropped={} conns_gone={}",
+            self.malformed, self.too_large, self.unknown, self.dropped, self.conns_gone
+        )
+    }
+}
+
+/// Once a second: the request rate since the last line, connections and
+/// errors.
+pub struct Summary {
+    started: Instant,
+    last: Instant,
+    last_requests: u64,
+}
+
+impl Summary {
+    pub fn new() -> Summary {
+        let now = Instant::now();
+        Summary {
+            started: now,
+            last: now,
+            last_requests: 0,
+        }
+    }
+
+    pub fn tick(&mut self, n: &Counters, conns: usize) {
+        let secs = self.last.elapsed().as_secs_f64();
+        if secs < 1.0 {
+            return;
+        }
+        println!(
+            "server: t={:.0}s req/s={:.0} conns={conns} errors: {}",
+            self.started.elapsed().as_secs_f64(),
+            (n.requests - self.last_requests) as f64 / secs,
+            n.errors()
+        );
+        (self.last, self.last_requests) = (Instant::now(), n.requests);
+    }
+
+    /// True once `seconds` (0: never) have passed.
+    pub fn over(&self, seconds: u64) -> bool {
+        seconds > 0 && self.started.elapsed().as_secs() >= seconds
+    }
+
+    pub fn last_line(&self, n: &Counters) {
+        println!(
+            "server: stopped after {:.1}s: {} requests, {}",
+            self.started.elapsed().as_secs_f64(),
+            n.requests,
+            n.errors()
+        );
+    }
 }
 
 pub fn run(opts: &Opts) -> Result<(), BoxError> {
@@ -95,8 +151,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     // At most one poll's worth (16 entries per queue) of responses.
     let mut out: Vec<(QpId, SendRequest<ArenaBuf>)> = Vec::with_capacity(64);
     let mut n = Counters::default();
-    let (mut last, mut last_requests) = (Instant::now(), 0);
-    let started = Instant::now();
+    let mut summary = Summary::new();
     let mut stop = false;
     let mut polls: u32 = 0;
     let (mut idle, mut armed) = (0u32, false);
@@ -128,6 +183,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
             n.requests += 1;
             match respond(
                 buf,
+                0,
                 c.byte_len() as usize,
                 opts,
                 &mut scratch,
@@ -183,43 +239,21 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         }
         if polls % 512 == 0 || slept {
             accept(&server, &mut engine, &qp_config, &connect, &mut live, opts)?;
-            if last.elapsed() >= Duration::from_secs(1) {
-                let secs = last.elapsed().as_secs_f64();
-                println!(
-                    "server: t={:.0}s req/s={:.0} conns={} errors: malformed={} too_large={} unknown_op={} dropped={} conns_gone={}",
-                    started.elapsed().as_secs_f64(),
-                    (n.requests - last_requests) as f64 / secs,
-                    live.len(),
-                    n.malformed,
-                    n.too_large,
-                    n.unknown,
-                    n.dropped,
-                    n.conns_gone
-                );
-                (last, last_requests) = (Instant::now(), n.requests);
-            }
-            if opts.seconds > 0 && started.elapsed().as_secs() >= opts.seconds {
+            summary.tick(&n, live.len());
+            if summary.over(opts.seconds) {
                 break;
             }
         }
     }
-    println!(
-        "server: stopped after {:.1}s: {} requests, malformed={} too_large={} unknown_op={} dropped={} conns_gone={}",
-        started.elapsed().as_secs_f64(),
-        n.requests,
-        n.malformed,
-        n.too_large,
-        n.unknown,
-        n.dropped,
-        n.conns_gone
-    );
+    summary.last_line(&n);
     Ok(())
 }
 
-/// The response to the request of `received` bytes in `buf`, built in
-/// `buf` itself; `Err(buf)` when there is nothing to answer.
-fn respond(
+/// The response to the request of `received` bytes at offset `at` of
+/// `buf`, built in `buf` itself; `Err(buf)` when there is nothing to answer.
+pub fn respond(
     mut buf: ArenaBuf,
+    at: usize,
     received: usize,
     opts: &Opts,
     scratch: &mut [u8],
@@ -228,7 +262,7 @@ fn respond(
 ) -> Result<SendRequest<ArenaBuf>, ArenaBuf> {
     let mut raw = [0u8; HEADER];
     let header =
-        (received >= HEADER && buf.read_at(0, &mut raw).is_ok()).then(|| Header::decode(&raw));
+        (received >= HEADER && buf.read_at(at, &mut raw).is_ok()).then(|| Header::decode(&raw));
     let status = judge(header.as_ref(), received, opts.max_payload, opts.allow_stop);
     let id = header.map_or(0, |h| h.id);
     let op = header.map_or(Op(0), |h| h.op);
@@ -249,13 +283,13 @@ fn respond(
     };
     if status == Status::OK && op == Op::INVERT {
         let payload = &mut scratch[..len];
-        if buf.read_at(HEADER, payload).is_err() {
+        if buf.read_at(at + HEADER, payload).is_err() {
             return Err(buf);
         }
         for b in payload.iter_mut() {
             *b = !*b;
         }
-        if buf.write_at(HEADER, payload).is_err() {
+        if buf.write_at(at + HEADER, payload).is_err() {
             return Err(buf);
         }
     }
@@ -263,10 +297,10 @@ fn respond(
         *stop = true;
     }
     let reply = Header::new(op, status, len as u32, id);
-    if buf.write_at(0, &reply.encode()).is_err() {
+    if buf.write_at(at, &reply.encode()).is_err() {
         return Err(buf);
     }
-    match Local::range(buf, 0, HEADER + len) {
+    match Local::range(buf, at, HEADER + len) {
         Ok(local) => Ok(SendRequest::new(SendOp::Send, local)),
         Err((_, buf)) => Err(buf),
     }

@@ -1,0 +1,200 @@
+//! The service over datagrams (`--ud`): one UD queue pair on an engine
+//! answers every client queue pair. A request's receive buffer starts with
+//! the 40-byte GRH, which names the sender's GID; the response goes back in
+//! the same buffer, after the GRH, to that GID and the completion's source
+//! queue pair, through one address handle per client port (made at the
+//! client's handshake, or on its first request).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use verbs::exchange::{Server, ServerConfig};
+use verbs::{
+    AhId, Arena, ArenaBuf, ArenaConfig, Context, Deadline, Engine, EngineConfig, Gid, Grh, HostBuf,
+    ProtectionDomain, QpConfig, QpId, RecvRequest, SendRequest, Transport, UdDest, WcStatus,
+    DEFAULT_QKEY, GRH_LEN,
+};
+
+use crate::proto::HEADER;
+use crate::server::{respond, Counters, Summary};
+use crate::{BoxError, Opts};
+
+/// Responses in flight at once (the send queue's depth).
+const SEND_DEPTH: u32 = 256;
+
+pub fn run(opts: &Opts) -> Result<(), BoxError> {
+    let ctx = Context::open(opts.dev.as_deref())?;
+    let pd = ProtectionDomain::new(&ctx)?;
+    let depth = opts.srq_depth;
+    let mut engine: Engine<ArenaBuf> = Engine::new(
+        &pd,
+        &EngineConfig {
+            cq_depth: Some(depth + SEND_DEPTH),
+            events: opts.sleep_after > 0,
+            ..EngineConfig::default()
+        },
+    )?;
+    let qp = engine.add_qp(&QpConfig {
+        transport: Transport::Ud,
+        max_send_wr: SEND_DEPTH,
+        max_recv_wr: depth,
+        max_sge: 1,
+        ..QpConfig::default()
+    })?;
+    engine.ready_ud(qp)?;
+    // The service's limit is what one datagram holds after the header.
+    let datagram = engine.ud_max_payload(qp)? as usize;
+    let limit = opts.max_payload.min((datagram - HEADER) as u32);
+    let opts = &Opts {
+        max_payload: limit,
+        ..opts.clone()
+    };
+    let buf_len = GRH_LEN + datagram;
+    let buffers = depth + SEND_DEPTH;
+    let mut arena = Arena::new(
+        &pd,
+        &ArenaConfig {
+            capacity: (buffers as usize * buf_len.next_multiple_of(64)).max(1 << 20),
+            max_buffers: buffers + 64,
+            ..ArenaConfig::default()
+        },
+    )?;
+    for _ in 0..depth {
+        let buf = arena.alloc(buf_len)?;
+        engine
+            .post_recv(qp, RecvRequest::new(buf))
+            .map_err(|e| e.error)?;
+    }
+    let ours = engine.endpoint(qp)?;
+    let server = Server::bind(
+        ("0.0.0.0", opts.port),
+        ServerConfig::default(),
+        |peer, err| eprintln!("server: refused {peer}: {err}"),
+    )?;
+    println!(
+        "server: UD queue pair {} on port {}, payloads up to {limit} B (datagrams of {datagram} B), {depth} receives",
+        ours.qpn, opts.port
+    );
+    let mut ahs: HashMap<Gid, AhId> = HashMap::new();
+    let mut clients = 0usize;
+    let mut n = Counters::default();
+    let mut summary = Summary::new();
+    let mut scratch = vec![0u8; buf_len];
+    let mut free: Vec<ArenaBuf> = Vec::with_capacity(buffers as usize);
+    // One poll's worth of responses: the sender's GID and queue pair.
+    let mut out: Vec<(Gid, u32, SendRequest<ArenaBuf>)> = Vec::with_capacity(64);
+    let (mut stop, mut polls, mut idle, mut armed) = (false, 0u32, 0u32, false);
+    while !stop {
+        polls = polls.wrapping_add(1);
+        let got = engine.poll(|mut c| {
+            let ok = c.status() == WcStatus::SUCCESS;
+            let (is_recv, from_qp, len, at) = (
+                c.is_recv(),
+                c.src_qp(),
+                c.byte_len() as usize,
+                c.payload_offset(),
+            );
+            let Some(buf) = c.take_buf() else { return };
+            if !ok || !is_recv || at != GRH_LEN {
+                n.dropped += u64::from(!ok);
+                free.push(buf);
+                return;
+            }
+            let mut grh = [0u8; GRH_LEN];
+            let from = buf
+                .read_at(0, &mut grh)
+                .ok()
+                .and_then(|()| Grh::from_bytes(&grh))
+                .and_then(|g| g.source_gid());
+            let Some(from) = from else {
+                free.push(buf);
+                return;
+            };
+            n.requests += 1;
+            match respond(buf, at, len - at, opts, &mut scratch, &mut n, &mut stop) {
+                Ok(req) => out.push((from, from_qp, req)),
+                Err(buf) => free.push(buf),
+            }
+        })?;
+        for (gid, qpn, req) in out.drain(..) {
+            let ah = match ahs.get(&gid) {
+                Some(&ah) => Ok(ah),
+                None => engine.create_ah(qp, gid, 0).inspect(|&ah| {
+                    ahs.insert(gid, ah);
+                }),
+            };
+            let sent = match ah {
+                Ok(ah) => {
+                    let dest = UdDest {
+                        ah,
+                        qpn,
+                        qkey: DEFAULT_QKEY,
+                    };
+                    engine
+                        .post_ud_send(qp, &dest, req)
+                        .map_err(|e| (e.error, e.request))
+                }
+                Err(e) => Err((e, req)),
+            };
+            if let Err((_, req)) = sent {
+                n.dropped += 1;
+                free.extend(req.into_bufs());
+            }
+        }
+        for buf in free.drain(..) {
+            if let Err(e) = engine.post_recv(qp, RecvRequest::new(buf)) {
+                return Err(format!("server: a receive was refused: {}", e.error).into());
+            }
+        }
+        idle = if got == 0 { idle + 1 } else { 0 };
+        let mut slept = false;
+        if opts.sleep_after > 0 && idle > opts.sleep_after {
+            if armed {
+                engine.sleep_until_event(Deadline::after(Duration::from_millis(50)))?;
+                (idle, armed, slept) = (0, false, true);
+            } else {
+                engine.arm(false)?;
+                armed = true;
+                continue;
+            }
+        }
+        if polls % 512 == 0 || slept {
+            accept(&server, &mut engine, qp, &ours, &mut ahs, &mut clients);
+            summary.tick(&n, clients);
+            if summary.over(opts.seconds) {
+                break;
+            }
+        }
+    }
+    summary.last_line(&n);
+    Ok(())
+}
+
+/// Answers every finished handshake with our queue pair, and makes the
+/// address handle back to the client's port ahead of its first request.
+fn accept(
+    server: &Server,
+    engine: &mut Engine<ArenaBuf>,
+    qp: QpId,
+    ours: &verbs::Endpoint,
+    ahs: &mut HashMap<Gid, AhId>,
+    clients: &mut usize,
+) {
+    while let Ok(hs) = server.next_client(Deadline::after(Duration::ZERO)) {
+        let gid = hs.peer_endpoint().gid;
+        if let std::collections::hash_map::Entry::Vacant(e) = ahs.entry(gid) {
+            match engine.create_ah(qp, gid, hs.peer_endpoint().lid) {
+                Ok(ah) => {
+                    e.insert(ah);
+                }
+                Err(e) => {
+                    eprintln!("server: no route back to a client: {e}");
+                    continue;
+                }
+            }
+        }
+        if hs.reply(ours).is_ok() {
+            *clients += 1;
+        }
+    }
+}
