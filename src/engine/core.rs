@@ -53,6 +53,8 @@ pub struct Engine<B, P: Provider = Verbs> {
     /// The address handles UD sends name (`ah_table.rs`): dropped after
     /// the queue pairs, leaked if one of them was.
     pub(crate) ahs: AhTable,
+    /// What new queue pairs were last set up from (`addressing.rs`).
+    pub(crate) addressing: Option<super::addressing::Addressing>,
 }
 
 impl<B: NicBuf, P: Provider> Engine<B, P> {
@@ -87,6 +89,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             prepared: PreparedTable::new(id),
             events,
             ahs: AhTable::new(),
+            addressing: None,
         }
     }
 

@@ -13,6 +13,7 @@
 //!
 //! See `docs/ARCHITECTURE.md` for the path of one post and one poll.
 
+mod addressing;
 mod ah_table;
 mod check;
 mod completion;

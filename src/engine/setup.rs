@@ -15,6 +15,7 @@ use crate::site;
 use crate::sys::{self, ibv_qp_attr_mask as M, Zeroed};
 use crate::time::Deadline;
 
+use super::addressing::Addressing;
 use super::completion::CompletionRef;
 use super::config::{EngineConfig, QpConfig, Transport};
 use super::core::Engine;
@@ -167,10 +168,24 @@ impl<B: NicBuf> Engine<B, Verbs> {
         config: &QpConfig,
         make: Option<&mut MakeQp<'_>>,
     ) -> Result<(crate::raw::RawQp, sys::ibv_qp_cap, QpInfo), Error> {
-        let ctx = self.prov.pd.context().clone();
-        let dev = ctx.query_device()?;
-        let port = ctx.query_port(config.port)?;
-        let gid = select_gid(&ctx, config, &port)?;
+        let at = match self.addressing {
+            Some(a) if a.serves(config.port, config.gid_index) => a,
+            _ => {
+                let ctx = self.prov.pd.context().clone();
+                let dev = ctx.query_device()?;
+                let port = ctx.query_port(config.port)?;
+                let gid = select_gid(&ctx, config, &port)?;
+                let limits = (
+                    dev.max_qp_wr(),
+                    dev.max_qp_init_rd_atom(),
+                    dev.max_qp_rd_atom(),
+                );
+                let a = Addressing::new(config.port, config.gid_index, port, gid, limits);
+                self.addressing = Some(a);
+                a
+            }
+        };
+        let (port, gid) = (at.port, at.gid);
         if config.transport == Transport::Ud && config.qkey & 0x8000_0000 != 0 {
             return Err(Error::invalid(site!(
                 "ibv_create_qp(UD)",
@@ -178,7 +193,7 @@ impl<B: NicBuf> Engine<B, Verbs> {
                 "choose a Q_Key below 0x80000000 (QpConfig::qkey)"
             )));
         }
-        let limit = dev.max_qp_wr();
+        let limit = at.max_qp_wr;
         if config.max_send_wr > limit || config.max_recv_wr > limit {
             return Err(Error::invalid(site!(
                 "ibv_create_qp",
@@ -220,8 +235,8 @@ impl<B: NicBuf> Engine<B, Verbs> {
             psn: crate::time::random_u32() & crate::endpoint::MAX_PSN,
             // Initiator depth is bounded by the device's init limit, responder
             // resources by its per-QP limit (as perftest: the device's maximum).
-            max_rd_atomic: dev.max_qp_init_rd_atom().max(1),
-            max_dest_rd_atomic: dev.max_qp_rd_atom().max(1),
+            max_rd_atomic: at.max_qp_init_rd_atom.max(1),
+            max_dest_rd_atomic: at.max_qp_rd_atom.max(1),
         };
         Ok((raw, caps, info))
     }
