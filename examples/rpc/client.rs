@@ -288,8 +288,9 @@ impl Client {
             .then(|| Header::decode(&raw));
             let _ = buf.read_at(at + HEADER, &mut head);
             let want = conn.next_id - 1;
-            // A datagram answer to a request sent again since: late, not wrong.
-            let stale = conn.dest.is_some() && header.is_some_and(|h| h.id < want);
+            // A datagram answer to a request sent again since: late, not
+            // wrong (id 0 answers a request too malformed to have one).
+            let stale = conn.dest.is_some() && header.is_some_and(|h| h.id != 0 && h.id < want);
             if !stale {
                 conn.waiting = false;
                 on_response(i, want, header, head, latency);
