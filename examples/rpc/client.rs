@@ -15,6 +15,7 @@ use verbs::{
 
 use crate::barrier::Barrier;
 use crate::clock::{ticks, Clock};
+use crate::nap::Nap;
 use crate::proto::{Header, Op, Status, HEADER};
 use crate::stats::Histogram;
 use crate::{BoxError, Opts};
@@ -329,7 +330,7 @@ impl Client {
         let mut answered = Vec::with_capacity(self.conns.len());
         let (size, op) = (opts.size, opts.op);
         let mut sending = true;
-        let (mut idle, mut armed) = (0u32, false);
+        let mut nap = Nap::new(opts.sleep_after, Duration::from_millis(10));
         let resend = clock.ticks_in(Duration::from_millis(500));
         let mut sweeps = 0u32;
         loop {
@@ -384,18 +385,7 @@ impl Client {
                     }
                 }
             }
-            // As the server: with --sleep-after, arm, poll once more, sleep.
-            idle = if got == 0 { idle + 1 } else { 0 };
-            if opts.sleep_after > 0 && idle > opts.sleep_after {
-                if armed {
-                    self.engine
-                        .sleep_until_event(Deadline::after(Duration::from_millis(10)))?;
-                    (idle, armed) = (0, false);
-                } else {
-                    self.engine.arm(false)?;
-                    armed = true;
-                }
-            }
+            nap.after_poll(&self.engine, got)?;
         }
         Ok((h, errors + failed))
     }

@@ -14,6 +14,7 @@ use verbs::{
     Local, ProtectionDomain, QpConfig, QpId, RecvRequest, SendOp, SendRequest, SrqConfig, WcStatus,
 };
 
+use crate::nap::Nap;
 use crate::proto::{judge, Header, Op, Status, HEADER};
 use crate::{BoxError, Opts};
 
@@ -154,7 +155,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     let mut summary = Summary::new();
     let mut stop = false;
     let mut polls: u32 = 0;
-    let (mut idle, mut armed) = (0u32, false);
+    let mut nap = Nap::new(opts.sleep_after, Duration::from_millis(50));
     while !stop {
         polls = polls.wrapping_add(1);
         let got = engine.poll(|mut c| {
@@ -217,21 +218,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 n.conns_gone += 1;
             }
         }
-        // With --sleep-after, a long enough run of empty polls arms the
-        // completion channel, polls once more (a completion that came before
-        // arming raises no event), and then sleeps on it, at most 50 ms.
-        idle = if got == 0 { idle + 1 } else { 0 };
-        let mut slept = false;
-        if opts.sleep_after > 0 && idle > opts.sleep_after {
-            if armed {
-                engine.sleep_until_event(Deadline::after(Duration::from_millis(50)))?;
-                (idle, armed, slept) = (0, false, true);
-            } else {
-                engine.arm(false)?;
-                armed = true;
-                continue;
-            }
-        }
+        let slept = nap.after_poll(&engine, got)?;
         // New clients and the clock, every 512th poll or after a sleep: a
         // busy loop stays a poll loop, and a handshake waits microseconds.
         if got == 0 && polls % 512 != 0 && !slept {

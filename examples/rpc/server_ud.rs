@@ -15,6 +15,7 @@ use verbs::{
     DEFAULT_QKEY, GRH_LEN,
 };
 
+use crate::nap::Nap;
 use crate::proto::HEADER;
 use crate::server::{respond, Counters, Summary};
 use crate::{BoxError, Opts};
@@ -83,7 +84,8 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     let mut free: Vec<ArenaBuf> = Vec::with_capacity(buffers as usize);
     // One poll's worth of responses: the sender's GID and queue pair.
     let mut out: Vec<(Gid, u32, SendRequest<ArenaBuf>)> = Vec::with_capacity(64);
-    let (mut stop, mut polls, mut idle, mut armed) = (false, 0u32, 0u32, false);
+    let (mut stop, mut polls) = (false, 0u32);
+    let mut nap = Nap::new(opts.sleep_after, Duration::from_millis(50));
     while !stop {
         polls = polls.wrapping_add(1);
         let got = engine.poll(|mut c| {
@@ -146,18 +148,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 return Err(format!("server: a receive was refused: {}", e.error).into());
             }
         }
-        idle = if got == 0 { idle + 1 } else { 0 };
-        let mut slept = false;
-        if opts.sleep_after > 0 && idle > opts.sleep_after {
-            if armed {
-                engine.sleep_until_event(Deadline::after(Duration::from_millis(50)))?;
-                (idle, armed, slept) = (0, false, true);
-            } else {
-                engine.arm(false)?;
-                armed = true;
-                continue;
-            }
-        }
+        let slept = nap.after_poll(&engine, got)?;
         if polls % 512 == 0 || slept {
             accept(&server, &mut engine, qp, &ours, &mut ahs, &mut clients);
             summary.tick(&n, clients);
