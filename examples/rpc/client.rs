@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use verbs::exchange::connect_and_exchange;
 use verbs::{
-    Arena, ArenaBuf, ArenaConfig, ConnectOptions, Context, Deadline, Engine, EngineConfig, HostBuf,
-    Local, ProtectionDomain, QpConfig, QpId, RecvRequest, SendOp, SendRequest, Transport, UdDest,
+    Arena, ArenaBuf, ConnectOptions, Context, Deadline, Engine, EngineConfig, HostBuf, Local,
+    ProtectionDomain, QpConfig, QpId, RecvRequest, SendOp, SendRequest, Transport, UdDest,
     WcStatus, DEFAULT_QKEY, GRH_LEN,
 };
 
@@ -55,14 +55,7 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
     let most = opts.sweep.iter().copied().max().unwrap_or(1) as usize;
     let buf_len = GRH_LEN + HEADER + opts.size.max(opts.max_payload as usize + 1);
     let buffers = most * (SPARES + 1) + 8;
-    let arena = Arena::new(
-        &pd,
-        &ArenaConfig {
-            capacity: (buffers * buf_len.next_multiple_of(64)).max(1 << 20),
-            max_buffers: buffers as u32 + 64,
-            ..ArenaConfig::default()
-        },
-    )?;
+    let arena = crate::arena(&pd, buffers, buf_len)?;
     let engine = Engine::new(
         &pd,
         &EngineConfig {

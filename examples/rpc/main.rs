@@ -44,6 +44,22 @@ use std::process::ExitCode;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// One registration for `count` buffers of `len` bytes.
+pub fn arena(
+    pd: &verbs::ProtectionDomain,
+    count: usize,
+    len: usize,
+) -> Result<verbs::Arena, verbs::Error> {
+    verbs::Arena::new(
+        pd,
+        &verbs::ArenaConfig {
+            capacity: (count * len.next_multiple_of(64)).max(1 << 20),
+            max_buffers: count as u32 + 64,
+            ..verbs::ArenaConfig::default()
+        },
+    )
+}
+
 #[derive(Clone)]
 pub struct Opts {
     pub host: String,

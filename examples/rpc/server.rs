@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use verbs::exchange::{Server, ServerConfig};
 use verbs::{
-    Arena, ArenaBuf, ArenaConfig, ConnectOptions, Context, Deadline, Engine, EngineConfig, HostBuf,
-    Local, ProtectionDomain, QpConfig, QpId, RecvRequest, SendOp, SendRequest, SrqConfig, WcStatus,
+    ArenaBuf, ConnectOptions, Context, Deadline, Engine, EngineConfig, HostBuf, Local,
+    ProtectionDomain, QpConfig, QpId, RecvRequest, SendOp, SendRequest, SrqConfig, WcStatus,
 };
 
 use crate::nap::Nap;
@@ -99,14 +99,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     let srq_depth = opts.srq_depth;
     let spare = opts.max_conns * SEND_DEPTH;
     let buffers = srq_depth + spare;
-    let mut arena = Arena::new(
-        &pd,
-        &ArenaConfig {
-            capacity: (buffers as usize * buf_len.next_multiple_of(64)).max(1 << 20),
-            max_buffers: buffers + 64,
-            ..ArenaConfig::default()
-        },
-    )?;
+    let mut arena = crate::arena(&pd, buffers as usize, buf_len)?;
     let config = EngineConfig {
         cq_depth: Some(srq_depth + spare),
         srq: Some(SrqConfig {

@@ -10,9 +10,8 @@ use std::time::Duration;
 
 use verbs::exchange::{Server, ServerConfig};
 use verbs::{
-    AhId, Arena, ArenaBuf, ArenaConfig, Context, Deadline, Engine, EngineConfig, Gid, Grh, HostBuf,
-    ProtectionDomain, QpConfig, QpId, RecvRequest, SendRequest, Transport, UdDest, WcStatus,
-    DEFAULT_QKEY, GRH_LEN,
+    AhId, ArenaBuf, Context, Deadline, Engine, EngineConfig, Gid, Grh, HostBuf, ProtectionDomain,
+    QpConfig, QpId, RecvRequest, SendRequest, Transport, UdDest, WcStatus, DEFAULT_QKEY, GRH_LEN,
 };
 
 use crate::nap::Nap;
@@ -52,14 +51,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     };
     let buf_len = GRH_LEN + datagram;
     let buffers = depth + SEND_DEPTH;
-    let mut arena = Arena::new(
-        &pd,
-        &ArenaConfig {
-            capacity: (buffers as usize * buf_len.next_multiple_of(64)).max(1 << 20),
-            max_buffers: buffers + 64,
-            ..ArenaConfig::default()
-        },
-    )?;
+    let mut arena = crate::arena(&pd, buffers as usize, buf_len)?;
     for _ in 0..depth {
         let buf = arena.alloc(buf_len)?;
         engine
