@@ -102,6 +102,7 @@ fn a_datagram_arrives_after_its_grh_with_the_senders_qpn() {
         GRH_LEN + 15,
         "byte_len counts the GRH"
     );
+    assert_eq!(recv.payload_offset(), GRH_LEN);
     assert_eq!(recv.src_qp, e.qp_num(a).unwrap());
     assert_eq!(recv.imm, Some(7));
     let mut recv = done.into_iter().find(|c| c.tag == 1).unwrap();
