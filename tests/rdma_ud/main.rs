@@ -4,9 +4,13 @@
 //! MTU, a receive with no room for the header, an address handle of another
 //! engine or protection domain); buffers come back exactly once; and a
 //! hostile caller (removing an address handle in flight, forgetting,
-//! dropping the engine mid-flight) reaches no freed memory.
+//! dropping the engine mid-flight) reaches no freed memory; and the UD data
+//! path allocates nothing (`zero_alloc.rs`, in this binary so that CI boots
+//! one guest for both).
 
+#[path = "../support/mod.rs"]
 mod support;
+mod zero_alloc;
 
 use std::collections::HashSet;
 
