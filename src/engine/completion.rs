@@ -286,6 +286,16 @@ impl<B> Completion<B> {
         self.prepared
     }
 
+    /// Where a receive's payload starts in its buffer (see
+    /// [`CompletionRef::payload_offset`]).
+    pub fn payload_offset(&self) -> usize {
+        if self.wc_flags.contains(sys::ibv_wc_flags::GRH) {
+            crate::grh::GRH_LEN
+        } else {
+            0
+        }
+    }
+
     /// Takes the first buffer back (most requests have exactly one).
     #[inline]
     pub fn take_buf(&mut self) -> Option<B> {

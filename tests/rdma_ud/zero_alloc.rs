@@ -1,9 +1,10 @@
 //! The datagram data path allocates nothing: after a warm-up, hundreds of
 //! `post_recv` / `post_ud_send` / `poll` cycles on a loopback pair of UD
 //! queue pairs make no heap allocation, free or reallocation (counted by a
-//! global allocator, on this thread only, as `rdma_zero_alloc`).
+//! global allocator, on the measuring thread only, as `rdma_zero_alloc`:
+//! the other tests of the binary run beside it uncounted).
 
-mod support;
+use super::support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
