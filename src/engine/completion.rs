@@ -31,6 +31,9 @@ pub struct CompletionRef<'a, B> {
     /// False for an unsignaled request completed by a later entry.
     pub(crate) own_entry: bool,
     pub(crate) is_recv: bool,
+    /// The queue pair is a datagram one: only its receives start with a
+    /// GRH (rxe flags `IBV_WC_GRH` on RoCE receives of every transport).
+    pub(crate) ud: bool,
     pub(crate) qp: Option<QpId>,
     pub(crate) prepared: &'a PreparedTable<B>,
 }
@@ -122,15 +125,13 @@ impl<B> CompletionRef<'_, B> {
     }
 
     /// Where a receive's payload starts in its buffer: [`crate::GRH_LEN`]
-    /// when the entry has `IBV_WC_GRH` (every UD receive on RoCE), else 0.
-    /// [`CompletionRef::byte_len`] counts those bytes too.
+    /// on a datagram queue pair when the entry has `IBV_WC_GRH` (every UD
+    /// receive on RoCE), else 0; [`CompletionRef::byte_len`] counts those
+    /// bytes too. A connected queue pair's buffer holds no GRH, whatever
+    /// the flag says (rxe sets it on RoCE receives of every transport).
     #[inline]
     pub fn payload_offset(&self) -> usize {
-        if self.wc_flags().contains(sys::ibv_wc_flags::GRH) {
-            crate::grh::GRH_LEN
-        } else {
-            0
-        }
+        grh_offset(self.ud, self.wc_flags())
     }
 
     /// False for an unsignaled request (no completion entry of its own).
@@ -199,6 +200,7 @@ impl<B> CompletionRef<'_, B> {
             wc_flags: self.wc_flags(),
             sgl: Sgl::empty(),
             prepared: self.prepared(),
+            ud: self.ud,
         };
         match &mut self.origin {
             Origin::Ring(slot) => slot.sgl.move_into(&mut c.sgl),
@@ -272,6 +274,7 @@ pub struct Completion<B> {
     pub wc_flags: sys::ibv_wc_flags,
     sgl: Sgl<B>,
     prepared: Option<Prepared>,
+    ud: bool,
 }
 
 impl<B> Completion<B> {
@@ -289,11 +292,7 @@ impl<B> Completion<B> {
     /// Where a receive's payload starts in its buffer (see
     /// [`CompletionRef::payload_offset`]).
     pub fn payload_offset(&self) -> usize {
-        if self.wc_flags.contains(sys::ibv_wc_flags::GRH) {
-            crate::grh::GRH_LEN
-        } else {
-            0
-        }
+        grh_offset(self.ud, self.wc_flags)
     }
 
     /// Takes the first buffer back (most requests have exactly one).
@@ -305,6 +304,17 @@ impl<B> Completion<B> {
     /// All buffers back, in scatter/gather order.
     pub fn into_bufs(self) -> impl Iterator<Item = B> {
         self.sgl.into_bufs()
+    }
+}
+
+/// Where a receive's payload starts: after the GRH on a datagram queue
+/// pair whose entry says it holds one.
+#[inline]
+fn grh_offset(ud: bool, flags: sys::ibv_wc_flags) -> usize {
+    if ud && flags.contains(sys::ibv_wc_flags::GRH) {
+        crate::grh::GRH_LEN
+    } else {
+        0
     }
 }
 

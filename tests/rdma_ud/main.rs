@@ -442,3 +442,32 @@ fn dropping_or_removing_mid_flight_frees_nothing_the_device_may_use() {
         .unwrap();
     std::mem::forget(e);
 }
+
+/// rxe flags `IBV_WC_GRH` on RoCE receives of every transport, but only a
+/// datagram queue pair's buffer starts with the header: an RC receive's
+/// payload is at offset 0, whatever the flag says.
+#[test]
+fn a_connected_receive_has_its_payload_at_offset_zero() {
+    let (pd, mut a, mut b) = support::pd_and_pair::<MemoryRegion>("rc payload offset");
+    let mut out = region(&pd);
+    out.write_at(0, b"connected").unwrap();
+    let inbox = region(&pd);
+    b.post_recv(RecvRequest::new(inbox))
+        .map_err(|e| e.error)
+        .unwrap();
+    a.post_send(SendRequest::new(
+        SendOp::Send,
+        Local::range(out, 0, 9).map_err(|(e, _)| e).unwrap(),
+    ))
+    .map_err(|e| e.error)
+    .unwrap();
+    a.wait_one(support::deadline()).unwrap().result().unwrap();
+    let mut got = b.wait_one(support::deadline()).unwrap();
+    got.result().unwrap();
+    assert_eq!(got.byte_len, 9);
+    assert_eq!(got.payload_offset(), 0, "flags {:?}", got.wc_flags);
+    let buf = got.take_buf().unwrap();
+    let mut bytes = [0u8; 9];
+    buf.read_at(got.payload_offset(), &mut bytes).unwrap();
+    assert_eq!(&bytes, b"connected");
+}
