@@ -321,6 +321,7 @@ impl Client {
         let grace = clock.ticks_in(Duration::from_secs(5));
         let mut ready: Vec<usize> = (0..self.conns.len()).collect();
         let mut answered = Vec::with_capacity(self.conns.len());
+        let mut overdue = Vec::with_capacity(self.conns.len());
         let (size, op) = (opts.size, opts.op);
         let mut sending = true;
         let mut nap = Nap::new(opts.sleep_after, Duration::from_millis(10));
@@ -368,13 +369,16 @@ impl Client {
             }
             // Datagrams get lost: a request unanswered for 500 ms is sent
             // again (the service is idempotent), now and then looked for.
+            // Also after the level's end: an answer is still owed.
             sweeps = sweeps.wrapping_add(1);
-            if self.ud && sending && sweeps % 1024 == 0 {
-                for (i, c) in self.conns.iter_mut().enumerate() {
-                    if c.waiting && c.alive && now.wrapping_sub(c.sent_at) > resend {
-                        c.waiting = false;
+            if self.ud && sweeps % 1024 == 0 {
+                overdue.extend(self.conns.iter().enumerate().filter_map(|(i, c)| {
+                    (c.waiting && c.alive && now.wrapping_sub(c.sent_at) > resend).then_some(i)
+                }));
+                for i in overdue.drain(..) {
+                    // Without a send buffer back yet, the next look tries again.
+                    if self.send(i, op, size, None)? {
                         self.lost += 1;
-                        ready.push(i);
                     }
                 }
             }
