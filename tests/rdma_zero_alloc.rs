@@ -19,6 +19,8 @@ mod support;
 #[allow(dead_code)]
 #[path = "../examples/perf/clock.rs"]
 mod clock;
+#[path = "support/heap_count.rs"]
+mod heap_count;
 #[allow(dead_code)]
 #[path = "../examples/perf/loops.rs"]
 mod loops;
@@ -32,70 +34,18 @@ mod params;
 #[path = "../examples/perf/side.rs"]
 mod side;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
+
+use heap_count::{counted, HEAP_OPS};
 
 use opts::Opts;
 use params::Params;
 use side::Side;
 use verbs::ProtectionDomain;
 
-/// Counts the heap operations of threads that opted in, then forwards to
-/// the system allocator.
-struct Counting;
-
-static HEAP_OPS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    /// Set while this thread runs measured code.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-fn note() {
-    // try_with: the allocator also runs while thread-locals are torn down.
-    if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        HEAP_OPS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: every call is forwarded unchanged to `System`, which upholds the
-// GlobalAlloc contract; counting touches only an atomic and a const-
-// initialized thread-local (neither allocates).
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note();
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-/// Runs `f` with this thread's heap operations counted.
-fn counted<T>(f: impl FnOnce() -> T) -> T {
-    COUNTING.with(|c| c.set(true));
-    let r = f();
-    COUNTING.with(|c| c.set(false));
-    r
-}
+static GLOBAL: heap_count::Counting = heap_count::Counting;
 
 /// One path through the loops each: perf's command lines, so the loops
 /// run with the parameters perf derives from them. Sizes take both the

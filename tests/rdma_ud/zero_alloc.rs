@@ -6,50 +6,20 @@
 
 use super::support;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+#[path = "../support/heap_count.rs"]
+mod heap_count;
+
+use std::sync::atomic::Ordering;
+
+use heap_count::{counted, HEAP_OPS};
 
 use verbs::{
     Arena, ArenaBuf, ArenaConfig, Engine, EngineConfig, Local, ProtectionDomain, QpConfig,
     RecvRequest, SendOp, SendRequest, Transport, UdDest, DEFAULT_QKEY, GRH_LEN,
 };
 
-struct Counting;
-
-static HEAP_OPS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
-}
-
-fn note() {
-    if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        HEAP_OPS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: forwards every call to the system allocator unchanged.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        note();
-        // SAFETY: the caller's contract is System's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        note();
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        note();
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Counting = Counting;
+static GLOBAL: heap_count::Counting = heap_count::Counting;
 
 /// `rounds` of: a receive posted at b, a datagram from a to b, both
 /// polled back, their buffers kept for the next round.
@@ -115,10 +85,8 @@ fn the_ud_data_path_allocates_nothing() {
         Some(arena.alloc(64).unwrap()),
     ];
     cycles(&mut e, a, b, &to, &mut bufs, 20);
-    COUNTING.with(|c| c.set(true));
     let before = HEAP_OPS.load(Ordering::Relaxed);
-    cycles(&mut e, a, b, &to, &mut bufs, 500);
+    counted(|| cycles(&mut e, a, b, &to, &mut bufs, 500));
     let ops = HEAP_OPS.load(Ordering::Relaxed) - before;
-    COUNTING.with(|c| c.set(false));
     assert_eq!(ops, 0, "heap operations in 500 UD send/receive cycles");
 }
