@@ -31,9 +31,6 @@ pub struct CompletionRef<'a, B> {
     /// False for an unsignaled request completed by a later entry.
     pub(crate) own_entry: bool,
     pub(crate) is_recv: bool,
-    /// The queue pair is a datagram one: only its receives start with a
-    /// GRH (rxe flags `IBV_WC_GRH` on RoCE receives of every transport).
-    pub(crate) ud: bool,
     pub(crate) qp: Option<QpId>,
     pub(crate) prepared: &'a PreparedTable<B>,
 }
@@ -131,7 +128,9 @@ impl<B> CompletionRef<'_, B> {
     /// the flag says (rxe sets it on RoCE receives of every transport).
     #[inline]
     pub fn payload_offset(&self) -> usize {
-        grh_offset(self.ud, self.wc_flags())
+        // Only a datagram queue pair's receives start with a GRH (rxe flags
+        // `IBV_WC_GRH` on RoCE receives of every transport).
+        grh_offset(self.qp.is_some_and(|q| q.is_ud()), self.wc_flags())
     }
 
     /// False for an unsignaled request (no completion entry of its own).
@@ -200,7 +199,6 @@ impl<B> CompletionRef<'_, B> {
             wc_flags: self.wc_flags(),
             sgl: Sgl::empty(),
             prepared: self.prepared(),
-            ud: self.ud,
         };
         match &mut self.origin {
             Origin::Ring(slot) => slot.sgl.move_into(&mut c.sgl),
@@ -274,7 +272,6 @@ pub struct Completion<B> {
     pub wc_flags: sys::ibv_wc_flags,
     sgl: Sgl<B>,
     prepared: Option<Prepared>,
-    ud: bool,
 }
 
 impl<B> Completion<B> {
@@ -292,7 +289,7 @@ impl<B> Completion<B> {
     /// Where a receive's payload starts in its buffer (see
     /// [`CompletionRef::payload_offset`]).
     pub fn payload_offset(&self) -> usize {
-        grh_offset(self.ud, self.wc_flags)
+        grh_offset(self.qp.is_some_and(|q| q.is_ud()), self.wc_flags)
     }
 
     /// Takes the first buffer back (most requests have exactly one).

@@ -14,7 +14,7 @@ use super::ah_table::AhTable;
 use super::doorbell::{Provider, Verbs};
 use super::id::MAX_QPS;
 use super::prepared_table::PreparedTable;
-use super::qp_slot::{QpId, QpSlot, QpState, VACANT};
+use super::qp_slot::{QpId, QpSlot, QpState, UD_GENERATION, VACANT};
 use super::ring::Ring;
 use super::srq::SrqSlots;
 
@@ -141,7 +141,14 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         // its stale completions fall outside the new one's window.
         let send = Ring::new(send_depth, old.send.next_seq().wrapping_add(1 << 20));
         let recv = Ring::new(recv_depth, old.recv.next_seq().wrapping_add(1 << 20));
-        let generation = old.generation.wrapping_add(1);
+        // The top bit says "datagram" (qp_slot.rs, UD_GENERATION): a
+        // completion then knows where its payload starts without a lookup.
+        let ud = if info.config.transport == super::config::Transport::Ud {
+            UD_GENERATION
+        } else {
+            0
+        };
+        let generation = (old.generation.wrapping_add(1) & !UD_GENERATION) | ud;
         self.qps[index as usize] =
             QpSlot::new(qp, qp_num, generation, send, recv, caps, has_srq, info);
         self.cq_room = room;

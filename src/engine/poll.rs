@@ -13,7 +13,7 @@ use crate::sys::{self, ibv_wc_status as WcStatus};
 use crate::time::Deadline;
 
 use super::completion::{Completion, CompletionRef, Origin};
-use super::config::{Queue, Transport};
+use super::config::Queue;
 use super::core::Engine;
 use super::doorbell::Provider;
 use super::id::{self, WrId};
@@ -146,7 +146,6 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                     index: qp,
                     generation: slot.generation,
                 };
-                let ud = slot.transport == Transport::Ud;
                 let ring = if recv { &mut slot.recv } else { &mut slot.send };
                 let delivered = count as usize;
                 while count > 0 {
@@ -156,7 +155,6 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                         origin: Origin::Ring(ring.pop_oldest()),
                         own_entry: count == 0,
                         is_recv: recv,
-                        ud,
                         qp: Some(id),
                         prepared: &self.prepared,
                     });
@@ -176,13 +174,11 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                         self.qps[q.index as usize].set_state(QpState::ERR);
                     }
                 }
-                let ud = qp.is_some_and(|q| self.qps[q.index as usize].transport == Transport::Ud);
                 on_done(CompletionRef {
                     wc,
                     origin: Origin::Srq(s),
                     own_entry: true,
                     is_recv: true,
-                    ud,
                     qp,
                     prepared: &self.prepared,
                 });
@@ -195,13 +191,11 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                         self.qps[q.index as usize].set_state(QpState::ERR);
                     }
                 }
-                let ud = qp.is_some_and(|q| self.qps[q.index as usize].transport == Transport::Ud);
                 on_done(CompletionRef {
                     wc,
                     origin: Origin::Raw,
                     own_entry: true,
                     is_recv: false,
-                    ud,
                     qp,
                     prepared: &self.prepared,
                 });

@@ -20,7 +20,18 @@ pub struct QpId {
     pub(crate) generation: u32,
 }
 
+/// Set in the generation of a datagram queue pair's `QpId` (the count
+/// uses the other 31 bits): a completion's `QpId`, built from the slot's
+/// generation that routing loads anyway, says whether its receive buffer
+/// starts with a GRH at no extra cost on the poll.
+pub(crate) const UD_GENERATION: u32 = 1 << 31;
+
 impl QpId {
+    /// True for a datagram (UD) queue pair.
+    pub(crate) fn is_ud(&self) -> bool {
+        self.generation & UD_GENERATION != 0
+    }
+
     /// The queue pair's place in its engine (dense from 0): for tables the
     /// caller keeps per queue pair.
     pub fn index(&self) -> usize {
