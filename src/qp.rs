@@ -271,6 +271,16 @@ impl<B: NicBuf> QueuePair<B> {
         self.engine.post_prepared_unsignaled(p)
     }
 
+    /// Posts prepared sends as one chain (see [`Engine::post_prepared_chain`]).
+    #[inline]
+    pub fn post_prepared_chain(
+        &mut self,
+        chain: &[PreparedSend],
+        signal: impl Fn(usize) -> bool,
+    ) -> Result<(), Error> {
+        self.engine.post_prepared_chain(chain, signal)
+    }
+
     /// Lends a prepared request's first buffer (see [`Engine::prepared_buf`]).
     pub fn prepared_buf<H: PreparedHandle>(&mut self, p: H) -> Result<&mut B, Error> {
         self.engine.prepared_buf(p)

@@ -423,7 +423,12 @@ fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
                 stamps.posted[at..at + n as usize].fill(ticks());
                 let k = lane.posted;
                 if let Some(source) = lane.ping {
-                    if signaled(k) {
+                    if n > 1 {
+                        // One source buffer behind the whole list, as perftest's.
+                        let list = [source; MAX_CHAIN];
+                        lane.qp
+                            .post_prepared_chain(&list[..n as usize], |j| signaled(k + j as u64))?;
+                    } else if signaled(k) {
                         lane.qp.post_prepared(source)?;
                     } else {
                         lane.qp.post_prepared_unsignaled(source)?;

@@ -133,9 +133,9 @@ impl Params {
     /// Requests come from one prepared request, its buffer carved once and
     /// posted again and again: the latency tests' only request, and the
     /// bandwidth sender's one source behind the whole window (perftest's
-    /// single buffer), unless it posts chains or `--plain` asks for
-    /// own-buffer requests (each then owns a buffer).
+    /// single buffer, chained as perftest's list with `-l`), unless
+    /// `--plain` asks for own-buffer requests (each then owns a buffer).
     pub fn prepared_send(&self) -> bool {
-        self.test.is_latency() || (self.initiator && self.post_list <= 1 && !self.plain)
+        self.test.is_latency() || (self.initiator && !self.plain)
     }
 }

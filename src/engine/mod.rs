@@ -27,6 +27,7 @@ mod path;
 mod poll;
 mod post;
 mod prepared;
+mod prepared_chain;
 mod prepared_table;
 mod qp_slot;
 mod ring;

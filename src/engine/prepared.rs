@@ -296,7 +296,7 @@ impl<B: HostBuf, P: Provider> Engine<B, P> {
 /// `post_prepared`'s cold path: the entry after a loan, its entries rebuilt
 /// from the buffers it holds now.
 #[cold]
-fn rebuilt<'a, B: NicBuf, Q>(
+pub(super) fn rebuilt<'a, B: NicBuf, Q>(
     entry: Option<&'a mut Entry<B>>,
     key: u64,
     qps: &[super::qp_slot::QpSlot<B, Q>],

@@ -274,3 +274,43 @@ pub(crate) fn bind(
     // keeps the region while any buffer lives; the bind reads no memory.
     unsafe { qp.post_send(core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)
 }
+
+/// Posts copies of prepared sends `wrs` (each with whether it is signaled)
+/// as one chain of requests `first`, `first + 1`, ... of queue pair
+/// `qp_index`: one doorbell for up to `MAX_CHAIN`. Returns how many were
+/// posted, with the provider's refusal if it took fewer. The caller records
+/// each posted one as `send_prepared` says.
+#[inline]
+pub(crate) fn send_prepared_chain<'a, P: Provider>(
+    prov: &mut P,
+    qp: &P::Qp,
+    qp_index: u32,
+    first: u64,
+    wrs: impl Iterator<Item = (&'a PreparedWr, bool)>,
+) -> (usize, Result<(), Error>) {
+    const CHAIN: usize = super::config::MAX_CHAIN;
+    let mut chain = [const { MaybeUninit::<sys::ibv_send_wr>::uninit() }; CHAIN];
+    let mut n = 0;
+    for (wr, signaled) in wrs.take(CHAIN) {
+        let mut copy = wr.send;
+        copy.wr_id = super::id::ring(false, qp_index, first + n as u64);
+        let base = wr.flags();
+        copy.send_flags = if signaled { base | F::SIGNALED } else { base };
+        chain[n].write(copy);
+        n += 1;
+    }
+    // SAFETY: the first `n` entries were written in the loop above.
+    let chain = unsafe {
+        core::slice::from_raw_parts_mut(chain.as_mut_ptr().cast::<sys::ibv_send_wr>(), n)
+    };
+    // SAFETY: each copy points at its entry's own scatter/gather block (on
+    // the heap, stable while the entry lives), built from the buffers the
+    // entry owns; the caller records every posted copy as its entry's
+    // latest post, so the entry refuses loans, copies and release until it
+    // completes. The copies themselves live on this frame for the call.
+    let result = unsafe { prov.post_send(qp, chain) };
+    match result {
+        Ok(()) => (n, Ok(())),
+        Err(f) => (f.posted.min(n), Err(f.error)),
+    }
+}

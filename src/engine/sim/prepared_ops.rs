@@ -33,7 +33,23 @@ impl Run {
     }
 
     pub(super) fn post_prepared(&mut self) {
-        if !self.sends.is_empty() && self.rng.chance(500) {
+        if !self.sends.is_empty() && self.rng.chance(150) {
+            // A chain: any handles, repeated or of other queue pairs (then
+            // refused whole), each signaled or not.
+            let pick = |run: &mut Self| run.sends[run.rng.below(run.sends.len() as u64) as usize].0;
+            let mut chain = [pick(self); 5];
+            let n = 1 + self.rng.below(5) as usize;
+            for h in chain.iter_mut().take(n).skip(1) {
+                if self.rng.chance(300) {
+                    *h = pick(self);
+                }
+            }
+            let quiet = self.rng.below(1 << n) as usize;
+            let _ = counted(|| {
+                self.engine
+                    .post_prepared_chain(&chain[..n], |i| quiet & (1 << i) == 0)
+            });
+        } else if !self.sends.is_empty() && self.rng.chance(500) {
             let (p, _) = self.sends[self.rng.below(self.sends.len() as u64) as usize];
             let unsignaled = self.rng.chance(300);
             let _ = counted(|| {

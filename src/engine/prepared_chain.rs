@@ -1,0 +1,113 @@
+//! Prepared chains: several prepared sends posted with one call and one
+//! doorbell, as perftest's `-l` posts its prebuilt list. Each request is
+//! recorded in its queue's ring and as its entry's latest post exactly as a
+//! single `post_prepared` records it, so completions, loans and release
+//! treat a chained post like any other.
+
+use crate::error::Error;
+use crate::memory::NicBuf;
+use crate::site;
+
+use super::check::{cannot_send, post_hint};
+use super::config::MAX_CHAIN;
+use super::core::Engine;
+use super::doorbell::{send_prepared_chain, Provider};
+use super::prepared::rebuilt;
+use super::prepared_table::{gone, PreparedSend};
+use super::qp_slot::signal_decision;
+
+#[cold]
+fn too_long() -> Error {
+    Error::invalid(site!(
+        "post_prepared_chain",
+        "more requests than MAX_CHAIN in one chain"
+    ))
+}
+
+#[cold]
+fn mixed() -> Error {
+    Error::invalid(site!(
+        "post_prepared_chain",
+        "a chain's prepared sends must all belong to one queue pair"
+    ))
+}
+
+#[cold]
+fn partial(e: Error) -> Error {
+    post_hint(e).at(site!(
+        "ibv_post_send",
+        "partial post: the requests before the refused one were posted and complete as usual"
+    ))
+}
+
+impl<B: NicBuf, P: Provider> Engine<B, P> {
+    /// Posts `chain`, up to [`MAX_CHAIN`] prepared sends of one queue pair,
+    /// with one call (one doorbell), in order. A handle may appear more
+    /// than once: one source buffer behind a whole list of Writes. Request
+    /// `i` asks for a completion entry when `signal(i)` says so (and any
+    /// the queue needs signaled is: see `SendRequest::unsignaled`); each
+    /// completes, and comes back from
+    /// [`Engine::poll`], as a post of its own. Nothing is posted when a
+    /// handle is stale, the handles name two queue pairs or the queue lacks
+    /// room for all of them; on a partial post by the provider, the
+    /// requests before the refused one were posted (the error says so).
+    pub fn post_prepared_chain(
+        &mut self,
+        chain: &[PreparedSend],
+        signal: impl Fn(usize) -> bool,
+    ) -> Result<(), Error> {
+        let n = chain.len();
+        let Some(head) = chain.first() else {
+            return Ok(());
+        };
+        if n > MAX_CHAIN {
+            return Err(too_long());
+        }
+        let mut qp_index = None;
+        for h in chain {
+            let entry = match self.prepared.sends.get_mut(h.index as usize) {
+                Some(e) if e.key == h.key => e,
+                other => rebuilt(other, h.key, &self.qps, false)?,
+            };
+            if *qp_index.get_or_insert(entry.qp) != entry.qp {
+                return Err(mixed());
+            }
+        }
+        let qp_index = qp_index.unwrap_or(self.prepared.sends[head.index as usize].qp);
+        let slot = &mut self.qps[qp_index as usize];
+        let qp = slot.qp.as_ref().ok_or_else(gone)?;
+        if slot.send.len() + n as u64 > slot.send_room {
+            return Err(cannot_send(slot.state));
+        }
+        let mut run = slot.unsignaled_run;
+        let mut signaled = [false; MAX_CHAIN];
+        let mut runs = [0u64; MAX_CHAIN];
+        for i in 0..n {
+            let remaining = (n - 1 - i) as u64;
+            signaled[i] = signal_decision(&mut run, slot.send.capacity(), signal(i), remaining);
+            runs[i] = run;
+        }
+        let first = slot.send.next_seq();
+        let sends = &self.prepared.sends;
+        let wrs = chain
+            .iter()
+            .zip(signaled)
+            .map(|(h, s)| (&sends[h.index as usize].wr, s));
+        let (posted, result) = send_prepared_chain(&mut self.prov, qp, qp_index, first, wrs);
+        for (i, h) in chain.iter().enumerate().take(posted) {
+            let entry = &mut self.prepared.sends[h.index as usize];
+            entry.last_post = first + i as u64;
+            let s = slot.send.push(entry.tag, entry.opcode, signaled[i]);
+            s.prepared = h.index;
+            s.generation = h.key as u32;
+        }
+        if posted > 0 {
+            slot.unsignaled_run = runs[posted - 1];
+        }
+        match result {
+            Ok(()) => Ok(()),
+            Err(e) if posted > 0 => Err(partial(e)),
+            Err(e) => Err(post_hint(e)),
+        }
+    }
+}
