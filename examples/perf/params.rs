@@ -125,9 +125,9 @@ pub struct Params {
 impl Params {
     /// Requests carry their data inline (`SendRequest::inline`), the NIC
     /// never reading their buffer: Write and Send up to the inline size,
-    /// one request per post call.
+    /// chained or not.
     pub fn inline_path(&self) -> bool {
-        self.test.can_inline() && self.size <= self.inline && self.post_list <= 1
+        self.test.can_inline() && self.size <= self.inline
     }
 
     /// Requests come from one prepared request, its buffer carved once and
