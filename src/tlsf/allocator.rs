@@ -4,8 +4,9 @@
 use alloc::vec::Vec;
 use core::fmt;
 
+use super::cache::CacheClass;
 use super::types::{invalid_config, invalid_handle, Allocation, Stats, TlsfConfig, TlsfError};
-use super::types::{MAX_BLOCKS_LIMIT, NIL, SL_COUNT, SL_LOG2};
+use super::types::{CACHE_CLASSES, MAX_BLOCKS_LIMIT, NIL, SL_COUNT, SL_LOG2};
 
 /// What a node slot currently describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,6 +17,9 @@ pub(super) enum State {
     Free,
     /// An allocated block.
     Used,
+    /// A freed block held by the front cache (linked through `next_free`):
+    /// free for the caller, allocated for the bins, so never merged.
+    Cached,
 }
 
 /// A block descriptor, 40 bytes. Offsets and sizes are in granules. One
@@ -100,6 +104,10 @@ pub struct Tlsf {
     pub(super) sl_bitmap: [u16; FL_SLOTS],
     /// The non-empty first-level classes.
     pub(super) fl_bitmap: u64,
+    /// The front cache, by exact size in granules (class 0 is never used).
+    pub(super) cache: [CacheClass; CACHE_CLASSES],
+    /// Blocks each class may hold ([`TlsfConfig::front_cache`]).
+    pub(super) cache_depth: u32,
     /// log2 of the granule.
     pub(super) shift: u32,
     /// Managed capacity in granules.
@@ -125,6 +133,7 @@ impl fmt::Debug for Tlsf {
             .field("in_use", &(self.used_units << self.shift))
             .field("alloc_count", &self.live)
             .field("free_blocks", &self.free_block_count())
+            .field("cached", &(self.cache_totals().1 << self.shift))
             .finish_non_exhaustive()
     }
 }
@@ -172,6 +181,8 @@ impl Tlsf {
             heads: [NIL; BINS],
             sl_bitmap: [0; FL_SLOTS],
             fl_bitmap: 0,
+            cache: [CacheClass::EMPTY; CACHE_CLASSES],
+            cache_depth: config.front_cache,
             shift,
             cap_units,
             index_bits,
@@ -183,6 +194,7 @@ impl Tlsf {
             live: 0,
             total_allocs: 0,
         };
+        tlsf.reset_cache();
         tlsf.push_free(0, cap_units);
         Ok(tlsf)
     }
@@ -238,9 +250,10 @@ impl Tlsf {
     #[inline(always)]
     pub fn alloc(&mut self, size: u64, align: u64) -> Result<Allocation, TlsfError> {
         // The fast path: 1..=capacity bytes at an alignment the granule
-        // already gives (a power of two no larger than it), and a block and
-        // a node slot at hand. Anything else, including every error, takes
-        // the slow path, which starts over.
+        // already gives (a power of two no larger than it), and a cached
+        // block of the size, or a block and a node slot at hand. Anything
+        // else, including every error, takes the slow path, which starts
+        // over.
         // `size - 1` wraps for 0, and `(size - 1) >> shift < cap_units`
         // is `size <= capacity`.
         let whole = size.wrapping_sub(1) >> self.shift;
@@ -249,6 +262,9 @@ impl Tlsf {
             && align & align.wrapping_sub(1) == 0
         {
             let units = whole + 1;
+            if let Some(a) = self.cache_pop(units, size) {
+                return Ok(a);
+            }
             if let Some(idx) = self.find_block(units) {
                 if let Some(a) = self.take_head(idx, units, size) {
                     return Ok(a);
@@ -266,8 +282,9 @@ impl Tlsf {
         (handle & self.index_mask) as usize
     }
 
-    /// Returns an allocation's range to the free lists, merging it with free
-    /// physical neighbours. O(1).
+    /// Returns an allocation's range: to the front cache if its size's
+    /// class has room, else to the free lists, merged with free physical
+    /// neighbours. O(1).
     ///
     /// # Errors
     ///
@@ -283,10 +300,27 @@ impl Tlsf {
             _ => return Err(invalid_handle(handle)),
         };
         node.generation = generation.wrapping_add(1) & (u32::MAX >> self.index_bits);
-        let (mut size, prev, mut next) = (node.size, node.prev_phys, node.next_phys);
+        let size = node.size;
         self.used_units -= size;
         self.live -= 1;
+        let class = &mut self.cache[size as usize & (CACHE_CLASSES - 1)];
+        if size < CACHE_CLASSES as u64 && class.room != 0 {
+            class.room -= 1;
+            node.state = State::Cached;
+            node.next_free = class.head;
+            class.head = idx;
+            return Ok(());
+        }
+        self.release(idx);
+        Ok(())
+    }
 
+    /// Puts block `idx` (no longer allocated, not on any list) on the free
+    /// lists, merged with its free physical neighbours.
+    #[inline(always)]
+    pub(super) fn release(&mut self, idx: u32) {
+        let node = &self.nodes[idx as usize];
+        let (mut size, prev, mut next) = (node.size, node.prev_phys, node.next_phys);
         // Merge into the predecessor (which keeps its slot, so node 0 stays
         // the block at offset 0), then swallow the successor; each merged-away
         // slot goes back to the unused stack.
@@ -314,7 +348,6 @@ impl Tlsf {
         }
         self.nodes[start as usize].next_phys = next;
         self.push_free(start, size);
-        Ok(())
     }
 
     /// A snapshot of the accounting. O(1) except `largest_free`, which scans
@@ -331,6 +364,7 @@ impl Tlsf {
             alloc_count: self.live,
             total_allocs: self.total_allocs,
             free_blocks: self.free_block_count(),
+            cached: self.cache_totals().1 << self.shift,
         }
     }
 }

@@ -10,10 +10,24 @@ use super::types::{
 impl Tlsf {
     /// Everything `alloc`'s fast path does not take: errors, alignments
     /// above the granule, exhaustion of blocks or node slots. Out of line,
-    /// so that the fast path stays small enough to inline.
+    /// so that the fast path stays small enough to inline. Exhaustion is
+    /// reported only with the front cache empty: its blocks are merged
+    /// back and the request tried once more.
     #[cold]
     #[inline(never)]
     pub(super) fn alloc_slow(&mut self, size: u64, align: u64) -> Result<Allocation, TlsfError> {
+        match self.alloc_uncached(size, align) {
+            Err(TlsfError::OutOfMemory { .. } | TlsfError::OutOfNodes { .. })
+                if self.flush_cache() =>
+            {
+                self.alloc_uncached(size, align)
+            }
+            r => r,
+        }
+    }
+
+    /// The slow path without the front cache.
+    fn alloc_uncached(&mut self, size: u64, align: u64) -> Result<Allocation, TlsfError> {
         if size == 0 {
             return Err(zero_size());
         }
@@ -182,6 +196,12 @@ impl Tlsf {
         let node = &mut self.nodes[idx as usize];
         node.size = units;
         node.state = State::Used;
+        self.count_used(units);
+    }
+
+    /// Counts a new allocation of `units` granules.
+    #[inline(always)]
+    pub(super) fn count_used(&mut self, units: u64) {
         self.used_units += units;
         self.high_water_units = self.high_water_units.max(self.used_units);
         self.live += 1;
@@ -252,9 +272,9 @@ impl Tlsf {
     }
 
     /// Free blocks: every slot not on the unused stack is a block, and the
-    /// blocks that are not free are the live allocations.
+    /// blocks that are not free are the live allocations and the cached.
     pub(super) fn free_block_count(&self) -> u64 {
-        (self.nodes.len() as u64 - u64::from(self.unused_count)) - self.live
+        (self.nodes.len() as u64 - u64::from(self.unused_count)) - self.live - self.cache_totals().0
     }
 
     /// Size in granules of the largest free block: the biggest block of the

@@ -10,7 +10,8 @@ impl Tlsf {
     /// cover the capacity exactly, with consistent neighbour links and no two
     /// adjacent free blocks; that every node slot is a block or on the unused
     /// stack; that each free block is on exactly the list of its size's bin
-    /// and the bitmaps match the non-empty bins; and that the counters
+    /// and the bitmaps match the non-empty bins; that each cached block is on
+    /// exactly the front cache's stack of its size; and that the counters
     /// (`in_use`, live allocations, free blocks, high water) are exact.
     ///
     /// # Errors
@@ -53,6 +54,7 @@ impl Tlsf {
         let mut used_units = 0u64;
         let mut live = 0u64;
         let mut free_blocks = 0u64;
+        let mut cached_blocks = 0u64;
         let mut walked = 0u64;
         let mut prev = NIL;
         let mut prev_free = false;
@@ -90,6 +92,8 @@ impl Tlsf {
                     return Err("two adjacent free blocks");
                 }
                 free_blocks += 1;
+            } else if node.state == State::Cached {
+                cached_blocks += 1;
             } else {
                 used_units += node.size;
                 live += 1;
@@ -177,6 +181,6 @@ impl Tlsf {
         if listed != free_blocks {
             return Err("free blocks missing from the free lists");
         }
-        Ok(())
+        self.check_cache(cached_blocks)
     }
 }
