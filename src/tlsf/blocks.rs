@@ -50,7 +50,7 @@ impl Tlsf {
         Ok(Allocation {
             offset: node.offset << self.shift,
             len: size,
-            handle: (node.generation << self.index_bits) | idx,
+            handle: node.stamp,
         })
     }
 
@@ -135,7 +135,7 @@ impl Tlsf {
         Some(Allocation {
             offset: block.offset << self.shift,
             len: size,
-            handle: (block.generation << self.index_bits) | idx,
+            handle: block.stamp ^ self.index_mask,
         })
     }
 
@@ -196,15 +196,10 @@ impl Tlsf {
         let node = &mut self.nodes[idx as usize];
         node.size = units;
         node.state = State::Used;
-        self.count_used(units);
-    }
-
-    /// Counts a new allocation of `units` granules.
-    #[inline(always)]
-    pub(super) fn count_used(&mut self, units: u64) {
-        self.used_units += units;
-        self.high_water_units = self.high_water_units.max(self.used_units);
-        self.live += 1;
+        node.stamp ^= self.index_mask;
+        self.taken_units += units;
+        self.high_water_units = self.high_water_units.max(self.taken_units);
+        self.taken += 1;
         self.total_allocs += 1;
     }
 
@@ -272,9 +267,9 @@ impl Tlsf {
     }
 
     /// Free blocks: every slot not on the unused stack is a block, and the
-    /// blocks that are not free are the live allocations and the cached.
+    /// blocks that are not free are the taken ones (allocated or cached).
     pub(super) fn free_block_count(&self) -> u64 {
-        (self.nodes.len() as u64 - u64::from(self.unused_count)) - self.live - self.cache_totals().0
+        (self.nodes.len() as u64 - u64::from(self.unused_count)) - self.taken
     }
 
     /// Size in granules of the largest free block: the biggest block of the

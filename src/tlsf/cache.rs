@@ -32,13 +32,14 @@ impl Tlsf {
         class.head = node.next_free;
         class.room += 1;
         node.state = State::Used;
-        let a = Allocation {
+        node.stamp ^= self.index_mask;
+        // Taken all along: only the count of allocations moves.
+        self.total_allocs += 1;
+        Some(Allocation {
             offset: node.offset << self.shift,
             len: size,
-            handle: (node.generation << self.index_bits) | idx,
-        };
-        self.count_used(units);
-        Some(a)
+            handle: node.stamp,
+        })
     }
 
     /// Merges every block of the front cache back into the free lists.
@@ -72,7 +73,11 @@ impl Tlsf {
 
     /// `(blocks, granules)` held by the front cache, from the classes' room
     /// (every block of class `u` has `u` granules). O(classes).
+    #[inline]
     pub(super) fn cache_totals(&self) -> (u64, u64) {
+        if self.cache_depth == 0 {
+            return (0, 0);
+        }
         self.cache
             .iter()
             .enumerate()

@@ -102,7 +102,8 @@ pub struct Stats {
     /// Size of the largest free block in bytes (the front cache's blocks
     /// not included).
     pub largest_free: u64,
-    /// Peak of `in_use` since construction.
+    /// Peak of `in_use + cached` since construction: the most memory taken
+    /// out of the free lists at once (`in_use` alone without the cache).
     pub high_water: u64,
     /// Live allocations.
     pub alloc_count: u64,
