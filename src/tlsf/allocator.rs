@@ -4,7 +4,6 @@
 use alloc::vec::Vec;
 use core::fmt;
 
-use super::cache::CacheClass;
 use super::types::{invalid_config, invalid_handle, Allocation, Stats, TlsfConfig, TlsfError};
 use super::types::{CACHE_CLASSES, MAX_BLOCKS_LIMIT, NIL, SL_COUNT, SL_LOG2};
 
@@ -59,6 +58,19 @@ impl Node {
         bin: 0,
         state: State::Unused,
     };
+}
+
+/// The front cache's stack for one size (see `cache.rs`): its top block,
+/// and how many more it may take.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CacheClass {
+    pub(super) head: u32,
+    /// Counting down rather than up saves the free path a load of the depth.
+    pub(super) room: u32,
+}
+
+impl CacheClass {
+    pub(super) const EMPTY: Self = Self { head: NIL, room: 0 };
 }
 
 /// Bin slots: `FL_COUNT * SL_COUNT` (976) rounded up to a power of two, so

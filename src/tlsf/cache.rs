@@ -5,18 +5,6 @@
 use super::allocator::{State, Tlsf};
 use super::types::{Allocation, CACHE_CLASSES, NIL};
 
-/// One size's stack: its top block, and how many more it may take.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct CacheClass {
-    pub(super) head: u32,
-    /// Counting down rather than up saves the free path a load of the depth.
-    pub(super) room: u32,
-}
-
-impl CacheClass {
-    pub(super) const EMPTY: Self = Self { head: NIL, room: 0 };
-}
-
 impl Tlsf {
     /// A cached block of exactly `units` granules, allocated for a request of
     /// `size` bytes; `None`, changing nothing, if that class is empty (or
