@@ -46,9 +46,9 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
+use verbs::memory::{ArenaModel, ModelBuf, DEFAULT_FRONT_CACHE};
 #[cfg(feature = "std")]
 use verbs::tlsf::SharedTlsf;
-use verbs::memory::{ArenaModel, ModelBuf, DEFAULT_FRONT_CACHE};
 use verbs::tlsf::{Tlsf, TlsfConfig};
 use verbs::{Arena, ArenaBuf, ArenaConfig, Context, ProtectionDomain};
 
@@ -316,8 +316,9 @@ impl Bench for ArenaFree {
     }
 }
 
-/// Replays the sequence; returns ns per step for every measured batch, sorted.
-fn run<B: Bench>(b: &mut B, fill: &[Layout], steps: &[Step]) -> Vec<f64> {
+/// Replays the sequence; returns ns per step for every measured batch,
+/// sorted, and the allocator's note, if any.
+fn run<B: Bench>(b: &mut B, fill: &[Layout], steps: &[Step]) -> (Vec<f64>, Option<String>) {
     let mut live: Vec<Option<(B::Token, Layout)>> =
         fill.iter().map(|&l| Some((b.alloc(l), l))).collect();
     let (warmup, measured) = steps.split_at(WARMUP);
@@ -328,14 +329,12 @@ fn run<B: Bench>(b: &mut B, fill: &[Layout], steps: &[Step]) -> Vec<f64> {
     }
     let mut samples = Vec::with_capacity(measured.len() / BATCH + 1);
     measure(b, &mut live, measured, &mut samples);
-    if let Some(note) = b.note() {
-        println!("{:<18} {note}", "");
-    }
+    let note = b.note();
     for (token, layout) in live.into_iter().flatten() {
         b.free(token, layout);
     }
     samples.sort_by(f64::total_cmp);
-    samples
+    (samples, note)
 }
 
 /// The timed steps, kept out of line so that
@@ -471,7 +470,11 @@ fn main() {
                 };
                 rows.push((name, run(&mut model, &fill, &steps)));
                 let left = model.model.stats();
-                assert_eq!((left.alloc_count, left.free_blocks), (0, 1), "all came back");
+                assert_eq!(
+                    (left.alloc_count, left.free_blocks),
+                    (0, 1),
+                    "all came back"
+                );
             }
         }
         if i == 0 {
@@ -492,8 +495,8 @@ fn main() {
         let sys_median = rows
             .iter()
             .find(|(name, _)| *name == "system")
-            .map(|(_, samples)| percentile(samples, 0.5));
-        for (name, samples) in &rows {
+            .map(|(_, (samples, _))| percentile(samples, 0.5));
+        for (name, (samples, note)) in &rows {
             let median = percentile(samples, 0.5);
             let ratio = sys_median.map_or("-".to_string(), |s| format!("{:.2}x", s / median));
             println!(
@@ -504,6 +507,9 @@ fn main() {
                 percentile(samples, 0.99),
                 ratio
             );
+            if let Some(note) = note {
+                println!("{:<18} {note}", "");
+            }
         }
         if let Some(stats) = stats {
             println!(

@@ -121,12 +121,8 @@ impl Arena {
         if config.windows {
             access |= Access::MW_BIND;
         }
-        let tlsf = arena_tlsf(
-            memory.len() as u64,
-            config.max_buffers,
-            config.front_cache,
-        )
-        .map_err(tlsf_error)?;
+        let tlsf = arena_tlsf(memory.len() as u64, config.max_buffers, config.front_cache)
+            .map_err(tlsf_error)?;
         // SAFETY: the registration owns the mapping; buffers reach only their
         // own ranges, and lend slices only when `access` lets no peer write
         // the whole region (`ArenaBuf::peer_writable`).

@@ -179,3 +179,57 @@ impl ArenaModel {
         self.carver.tlsf.check_invariants()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+
+    /// The arena's path as a whole, cache on: buffers dropped (some on
+    /// another thread), freed, or forgotten, replaced by random sizes; no
+    /// range is ever handed out while its buffer lives (or is forgotten),
+    /// and everything not forgotten comes back.
+    #[test]
+    fn no_live_or_forgotten_range_is_reissued() {
+        extern crate std;
+        let mut model = ArenaModel::new(1 << 20, 65, 4).unwrap();
+        let mut seed = 11u64;
+        let mut rand = move || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            seed >> 33
+        };
+        let mut live: Vec<(ModelBuf, u64)> = Vec::new();
+        let mut forgotten: Vec<(u64, u64)> = Vec::new();
+        let overlaps = |a: (u64, u64), b: (u64, u64)| a.0 < b.0 + b.1 && b.0 < a.0 + a.1;
+        let steps = if cfg!(miri) { 300 } else { 50_000 };
+        for i in 0..steps {
+            if live.len() >= 48 {
+                let (buf, len) = live.swap_remove((rand() % 48) as usize);
+                match rand() % 16 {
+                    0 if forgotten.len() < 16 => forgotten.push((buf.offset, len)),
+                    1..=7 => model.drop_buf(buf),
+                    8 if i % 64 == 0 => std::thread::scope(|s| {
+                        s.spawn(|| model.drop_buf(buf));
+                    }),
+                    _ => model.free(buf),
+                }
+            }
+            let len = 1 + rand() % 8192;
+            let buf = model.alloc(len as usize, 64).expect("room for 64 buffers");
+            let range = (buf.offset, len);
+            assert!(live.iter().all(|(b, l)| !overlaps(range, (b.offset, *l))));
+            assert!(forgotten.iter().all(|&f| !overlaps(range, f)));
+            live.push((buf, len));
+            if i % 1000 == 0 {
+                model.check_invariants().unwrap();
+            }
+        }
+        let out = forgotten.len() as u64;
+        for (buf, _) in live {
+            model.drop_buf(buf);
+        }
+        let s = model.stats();
+        assert_eq!((s.alloc_count, s.cached), (out, 0));
+        model.check_invariants().unwrap();
+    }
+}

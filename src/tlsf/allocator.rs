@@ -191,7 +191,11 @@ impl Tlsf {
         let index_bits = (u32::BITS - (config.max_blocks - 1).leading_zeros()).max(1);
         let index_mask = (1u32 << index_bits) - 1;
         for i in 0..n {
-            let next = if i != 0 && i + 1 < n { (i + 1) as u32 } else { NIL };
+            let next = if i != 0 && i + 1 < n {
+                (i + 1) as u32
+            } else {
+                NIL
+            };
             nodes.push(Node {
                 next_free: next,
                 stamp: i as u32 ^ index_mask,

@@ -98,6 +98,6 @@ pub use allocator::Tlsf;
 #[cfg(feature = "std")]
 pub use shared::SharedTlsf;
 pub use types::{
-    Allocation, Stats, TlsfConfig, TlsfError, CACHE_CLASSES, DEFAULT_ALIGN, DEFAULT_GRANULE, DEFAULT_MAX_BLOCKS,
-    MAX_BLOCKS_LIMIT,
+    Allocation, Stats, TlsfConfig, TlsfError, CACHE_CLASSES, DEFAULT_ALIGN, DEFAULT_GRANULE,
+    DEFAULT_MAX_BLOCKS, MAX_BLOCKS_LIMIT,
 };
