@@ -2,7 +2,9 @@
 //! against the system allocator, no dependencies.
 //!
 //! Run with `cargo run --release --example alloc_bench` (`--mix small`,
-//! `--only Tlsf --only system`: some rows only). Count instructions with
+//! `--only Tlsf --only system`: some rows only; `--cache N`: the front
+//! cache's depth for the `Cached` and `Model` rows, default the arena's).
+//! Count instructions with
 //! `valgrind --tool=callgrind --toggle-collect='*measure*'` (divide by
 //! `STEPS`): steadier than time on a shared machine.
 //!
@@ -19,11 +21,17 @@
 //!
 //! - `Tlsf`: single owner, no lock, no atomic.
 //! - `SharedTlsf`: `Tlsf` behind an uncontended mutex (feature `std`).
-//! - `Tlsf+swap`: `Tlsf` plus one atomic swap per free, a host model of
-//!   what a dropped `ArenaBuf` adds: its drop pushes its handle on the
-//!   arena's return queue (one swap and three stores, wait-free), and the
-//!   next allocation takes it back with loads (no atomic read-modify-write)
-//!   and frees it in the `Tlsf`.
+//! - `Tlsf+swap`: `Tlsf` plus one atomic swap per free, the older and
+//!   rougher host model of what a dropped `ArenaBuf` adds.
+//! - `Cached`: `Tlsf` with the arena's front cache (per exact size, a
+//!   bounded LIFO of freed blocks).
+//! - `Model`, `Model.free`: the arena's own allocator path without its
+//!   memory (`verbs::memory::ArenaModel`): the front-cached `Tlsf` and the
+//!   real return queue, so a drop is the queue's push (one swap and three
+//!   stores, wait-free) and the next allocation takes it back with loads
+//!   (no atomic read-modify-write) before it allocates; `Model.free` gives
+//!   buffers back as `Arena::free` does. This is what an `Arena` row
+//!   executes but for the buffer's fields and the memory.
 //! - `Arena`, `Arena.free` (small mix only): the real arena, alloc and drop,
 //!   or alloc and [`Arena::free`] (a same-thread free: no atomic at all).
 //!   They need an RDMA device, since an arena registers its memory, and are
@@ -38,6 +46,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
+use verbs::memory::{ArenaModel, ModelBuf, DEFAULT_FRONT_CACHE};
 #[cfg(feature = "std")]
 use verbs::tlsf::SharedTlsf;
 use verbs::tlsf::{Tlsf, TlsfConfig};
@@ -137,6 +146,10 @@ trait Bench {
     type Token;
     fn alloc(&mut self, layout: Layout) -> Self::Token;
     fn free(&mut self, token: Self::Token, layout: Layout);
+    /// A line about the allocator's state after the measured steps.
+    fn note(&mut self) -> Option<String> {
+        None
+    }
 }
 
 impl Bench for Tlsf {
@@ -217,6 +230,54 @@ impl Bench for TlsfSwap {
     }
 }
 
+/// `Tlsf` with a front cache, reporting what the cache holds.
+struct Cached(Tlsf);
+
+impl Bench for Cached {
+    type Token = u32;
+    #[inline(always)]
+    fn alloc(&mut self, layout: Layout) -> u32 {
+        Bench::alloc(&mut self.0, layout)
+    }
+    #[inline(always)]
+    fn free(&mut self, token: u32, layout: Layout) {
+        Bench::free(&mut self.0, token, layout);
+    }
+    fn note(&mut self) -> Option<String> {
+        let s = self.0.stats();
+        Some(format!(
+            "(cached: {:.2} MiB held by the front cache beside {:.2} MiB in use)",
+            s.cached as f64 / f64::from(1 << 20),
+            s.in_use as f64 / f64::from(1 << 20)
+        ))
+    }
+}
+
+/// The arena's allocator path: buffers dropped, or given back by `free`.
+struct Model {
+    model: ArenaModel,
+    by_free: bool,
+}
+
+impl Bench for Model {
+    type Token = ModelBuf;
+    #[inline(always)]
+    fn alloc(&mut self, layout: Layout) -> ModelBuf {
+        match self.model.alloc(layout.size(), layout.align() as u64) {
+            Ok(buf) => buf,
+            Err(e) => panic!("arena model alloc of {layout:?} failed: {e}"),
+        }
+    }
+    #[inline(always)]
+    fn free(&mut self, token: ModelBuf, _: Layout) {
+        if self.by_free {
+            self.model.free(token);
+        } else {
+            self.model.drop_buf(token);
+        }
+    }
+}
+
 /// An arena whose buffers are dropped (from the owner's thread).
 struct ArenaDrop(Arena);
 
@@ -255,8 +316,9 @@ impl Bench for ArenaFree {
     }
 }
 
-/// Replays the sequence; returns ns per step for every measured batch, sorted.
-fn run<B: Bench>(b: &mut B, fill: &[Layout], steps: &[Step]) -> Vec<f64> {
+/// Replays the sequence; returns ns per step for every measured batch,
+/// sorted, and the allocator's note, if any.
+fn run<B: Bench>(b: &mut B, fill: &[Layout], steps: &[Step]) -> (Vec<f64>, Option<String>) {
     let mut live: Vec<Option<(B::Token, Layout)>> =
         fill.iter().map(|&l| Some((b.alloc(l), l))).collect();
     let (warmup, measured) = steps.split_at(WARMUP);
@@ -267,11 +329,12 @@ fn run<B: Bench>(b: &mut B, fill: &[Layout], steps: &[Step]) -> Vec<f64> {
     }
     let mut samples = Vec::with_capacity(measured.len() / BATCH + 1);
     measure(b, &mut live, measured, &mut samples);
+    let note = b.note();
     for (token, layout) in live.into_iter().flatten() {
         b.free(token, layout);
     }
     samples.sort_by(f64::total_cmp);
-    samples
+    (samples, note)
 }
 
 /// The timed steps, kept out of line so that
@@ -305,6 +368,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 struct Filter {
     mix: Option<String>,
     only: Vec<String>,
+    cache: u32,
 }
 
 impl Filter {
@@ -312,14 +376,18 @@ impl Filter {
         let mut f = Filter {
             mix: None,
             only: Vec::new(),
+            cache: DEFAULT_FRONT_CACHE,
         };
         let mut args = std::env::args().skip(1);
         while let Some(a) = args.next() {
             match (a.as_str(), args.next()) {
                 ("--mix", Some(v)) => f.mix = Some(v),
                 ("--only", Some(v)) => f.only.push(v),
+                ("--cache", Some(v)) if v.parse::<u32>().is_ok() => f.cache = v.parse().unwrap(),
                 _ => {
-                    eprintln!("usage: alloc_bench [--mix small|mixed|large] [--only ROW]...");
+                    eprintln!(
+                        "usage: alloc_bench [--mix small|mixed|large] [--only ROW]... [--cache DEPTH]"
+                    );
                     std::process::exit(2);
                 }
             }
@@ -352,6 +420,7 @@ fn main() {
     let arena_config = ArenaConfig {
         capacity: 64 << 20,
         max_buffers: WINDOW as u32 + 1,
+        front_cache: filter.cache,
         ..ArenaConfig::default()
     };
     println!(
@@ -388,6 +457,26 @@ fn main() {
             };
             rows.push(("Tlsf+swap", run(&mut swap, &fill, &steps)));
         }
+        if filter.row("Cached") {
+            let tlsf = Tlsf::new(CAPACITY, config.with_front_cache(filter.cache)).expect("tlsf");
+            rows.push(("Cached", run(&mut Cached(tlsf), &fill, &steps)));
+        }
+        for (name, by_free) in [("Model", false), ("Model.free", true)] {
+            if filter.row(name) {
+                let model = ArenaModel::new(CAPACITY, WINDOW as u32 + 1, filter.cache);
+                let mut model = Model {
+                    model: model.expect("arena model"),
+                    by_free,
+                };
+                rows.push((name, run(&mut model, &fill, &steps)));
+                let left = model.model.stats();
+                assert_eq!(
+                    (left.alloc_count, left.free_blocks),
+                    (0, 1),
+                    "all came back"
+                );
+            }
+        }
         if i == 0 {
             if let Some(pd) = &pd {
                 if filter.row("Arena") {
@@ -406,8 +495,8 @@ fn main() {
         let sys_median = rows
             .iter()
             .find(|(name, _)| *name == "system")
-            .map(|(_, samples)| percentile(samples, 0.5));
-        for (name, samples) in &rows {
+            .map(|(_, (samples, _))| percentile(samples, 0.5));
+        for (name, (samples, note)) in &rows {
             let median = percentile(samples, 0.5);
             let ratio = sys_median.map_or("-".to_string(), |s| format!("{:.2}x", s / median));
             println!(
@@ -418,6 +507,9 @@ fn main() {
                 percentile(samples, 0.99),
                 ratio
             );
+            if let Some(note) = note {
+                println!("{:<18} {note}", "");
+            }
         }
         if let Some(stats) = stats {
             println!(

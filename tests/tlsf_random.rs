@@ -10,7 +10,11 @@
 //! live range, that every counter of `stats()` is exact, and that the free
 //! blocks are exactly the maximal gaps between live ranges (so coalescing is
 //! complete). Every `OutOfMemory` is checked against the shadow's largest gap
-//! and against the documented good-fit bound.
+//! and against the documented good-fit bound. The same runs with the front
+//! cache on check that it never hands out a live range, keeps every count
+//! exact, and is merged back before a failure is reported (free blocks
+//! and the largest are compared whenever the cache is empty, which a
+//! flush every thousand steps ensures now and then).
 
 use std::collections::HashSet;
 
@@ -156,7 +160,13 @@ impl Shadow {
         assert_eq!(s.free, self.capacity - self.in_use, "free");
         assert_eq!(s.alloc_count, self.live.len() as u64, "alloc_count");
         assert_eq!(s.total_allocs, self.total_allocs, "total_allocs");
-        assert_eq!(s.high_water, self.high_water, "high_water");
+        // With the front cache the peak includes cached blocks (the caller
+        // checks it exactly without).
+        assert!(s.high_water >= self.high_water, "high_water");
+        if s.cached != 0 {
+            // Cached blocks are free but sit between the bins' blocks.
+            return;
+        }
         assert_eq!(s.free_blocks, gaps, "free blocks are the maximal gaps");
         assert_eq!(s.largest_free, largest, "largest_free");
     }
@@ -171,10 +181,24 @@ struct Outcome {
 /// `steps` random operations with full checks after each; ends by freeing
 /// everything and checking the region is one free block again.
 fn run(seed: u64, granule: u64, capacity: u64, max_live: u32, steps: u64) -> Outcome {
+    run_cached(seed, granule, capacity, max_live, steps, 0)
+}
+
+/// [`run`] with a front cache `depth` deep.
+fn run_cached(
+    seed: u64,
+    granule: u64,
+    capacity: u64,
+    max_live: u32,
+    steps: u64,
+    depth: u32,
+) -> Outcome {
     let mut rng = SplitMix64(seed);
     let config = TlsfConfig::new()
         .with_granule(granule)
-        .with_max_live(max_live);
+        .with_max_live(max_live)
+        .with_front_cache(depth);
+    let exact_high_water = depth == 0;
     let mut t = Tlsf::new(capacity, config).unwrap();
     let mut shadow = Shadow::new(capacity, granule);
     let mut stale: Vec<u32> = Vec::new();
@@ -248,7 +272,13 @@ fn run(seed: u64, granule: u64, capacity: u64, max_live: u32, steps: u64) -> Out
                 Err(e) => panic!("step {step}: unexpected {e}"),
             }
         }
+        if step % 1000 == 999 {
+            t.flush_cache();
+        }
         shadow.verify(&t);
+        if exact_high_water {
+            assert_eq!(t.stats().high_water, shadow.high_water, "high_water");
+        }
     }
 
     // Free everything, in random order, still checking every step.
@@ -258,6 +288,7 @@ fn run(seed: u64, granule: u64, capacity: u64, max_live: u32, steps: u64) -> Out
         t.free(a.handle).unwrap();
         shadow.verify(&t);
     }
+    t.flush_cache();
     let s = t.stats();
     assert_eq!((s.in_use, s.alloc_count), (0, 0));
     assert_eq!(s.free_blocks, 1, "everything coalesced into one block");
@@ -281,6 +312,24 @@ fn million_random_ops_granule_64() {
     assert!(out.allocs > 300_000 && out.frees > 300_000);
     assert!(
         out.out_of_memory > 10_000,
+        "exhaustion exercised: {}",
+        out.out_of_memory
+    );
+}
+
+#[test]
+fn random_ops_with_the_front_cache() {
+    // The arena's setting (granule 64, a cache 8 deep), then a shallow
+    // cache on granule 8 (sizes up to 2 KiB cached, most padded).
+    let out = run_cached(0x5EED_0004, 64, 8 << 20, 256, 400_000, 8);
+    assert!(
+        out.out_of_memory > 1_000,
+        "exhaustion exercised: {}",
+        out.out_of_memory
+    );
+    let out = run_cached(0x5EED_0005, 8, 4 << 20, 128, 100_000, 2);
+    assert!(
+        out.out_of_memory > 100,
         "exhaustion exercised: {}",
         out.out_of_memory
     );

@@ -9,7 +9,9 @@
 //! - [`ArenaBuf`]: owns its sub-range, returns it on drop from any thread
 //!   through a wait-free return queue (one atomic swap per drop) that the
 //!   owner drains on its next allocation; [`Arena::free`] gives one back
-//!   on the owner's thread with no atomic at all. It is a [`NicBuf`], so it
+//!   on the owner's thread with no atomic at all. Freed buffers wait in a
+//!   small per-size front cache ([`ArenaConfig::front_cache`]) for the
+//!   next allocation of their size. It is a [`NicBuf`], so it
 //!   moves into the queue pair while in flight.
 //! - The registration and the return queue are freed with the arena only
 //!   when no buffer is left; otherwise they are leaked, so a buffer never
@@ -29,11 +31,12 @@ use crate::error::{Error, ErrorKind};
 use crate::pd::ProtectionDomain;
 use crate::raw::{PageMemory, RawMr};
 use crate::site;
-use crate::tlsf::{Allocation, Stats, Tlsf, TlsfConfig, TlsfError};
+use crate::tlsf::{Stats, TlsfError};
 
+use super::carve::{arena_tlsf, Carver};
 use super::contract::{HostBuf, NicBuf};
 use super::region::Access;
-use super::return_queue::{Cursor, ReturnQueue};
+use super::return_queue::ReturnQueue;
 
 /// How to build an arena.
 #[derive(Clone, Copy, Debug)]
@@ -53,6 +56,11 @@ pub struct ArenaConfig {
     /// [`Arena::whole_region`] access to every buffer, free or not, for the
     /// life of the arena; prefer exposing single buffers.
     pub whole_region_access: Access,
+    /// Freed buffers kept aside per exact size (up to 255 granules of 64
+    /// bytes) for the next allocation of that size: a buffer dropped and
+    /// one allocated of the same size are then a push and a pop. Memory
+    /// held there is taken back before an allocation fails. 0: no cache.
+    pub front_cache: u32,
 }
 
 impl Default for ArenaConfig {
@@ -64,9 +72,13 @@ impl Default for ArenaConfig {
             default_align: 64,
             windows: false,
             whole_region_access: Access::EMPTY,
+            front_cache: DEFAULT_FRONT_CACHE,
         }
     }
 }
+
+/// [`ArenaConfig::front_cache`]'s default.
+pub const DEFAULT_FRONT_CACHE: u32 = 8;
 
 /// The registered region and the return queue, shared by the arena and
 /// every buffer through a raw pointer (no reference count).
@@ -91,11 +103,10 @@ impl ArenaShared {
 
 /// One registered region carved into buffers. See the module docs.
 pub struct Arena {
-    tlsf: Tlsf,
+    /// The allocator and the owner's place in the return queue.
+    carver: Carver,
     /// Boxed and leaked at creation; freed by `Drop` only when no buffer is left.
     shared: NonNull<ArenaShared>,
-    /// Where this owner is in the return queue.
-    cursor: Cursor,
     default_align: u64,
 }
 
@@ -110,16 +121,13 @@ impl Arena {
         if config.windows {
             access |= Access::MW_BIND;
         }
-        let tlsf = Tlsf::new(
-            memory.len() as u64,
-            TlsfConfig::new().with_max_live(config.max_buffers),
-        )
-        .map_err(tlsf_error)?;
+        let tlsf = arena_tlsf(memory.len() as u64, config.max_buffers, config.front_cache)
+            .map_err(tlsf_error)?;
         // SAFETY: the registration owns the mapping; buffers reach only their
         // own ranges, and lend slices only when `access` lets no peer write
         // the whole region (`ArenaBuf::peer_writable`).
         let raw = unsafe { RawMr::register(&pd.raw, memory, access) }.map_err(|(e, _)| e)?;
-        let (returned, cursor) = ReturnQueue::new(tlsf.max_blocks() as usize);
+        let (carver, returned) = Carver::new(tlsf);
         let shared = Box::new(ArenaShared {
             raw,
             pd: pd.clone(),
@@ -127,9 +135,8 @@ impl Arena {
             returned,
         });
         Ok(Arena {
-            tlsf,
+            carver,
             shared: NonNull::from(Box::leak(shared)),
-            cursor,
             default_align: config.default_align.max(8),
         })
     }
@@ -140,7 +147,7 @@ impl Arena {
     }
 
     /// A buffer of `len` bytes at the default alignment (a cache line).
-    #[inline]
+    #[inline(always)]
     pub fn alloc(&mut self, len: usize) -> Result<ArenaBuf, Error> {
         self.alloc_aligned(len, self.default_align)
     }
@@ -149,14 +156,17 @@ impl Arena {
     /// 8 for atomic targets). O(1), no system call, no lock, no atomic
     /// read-modify-write. Exhaustion is an error, never a panic; it is
     /// reported only after every buffer dropped so far has been taken back.
-    #[inline]
+    /// Inlined whole (the common case is a few dozen instructions), so
+    /// that an allocation pays no call.
+    #[inline(always)]
     pub fn alloc_aligned(&mut self, len: usize, align: u64) -> Result<ArenaBuf, Error> {
-        self.reclaim();
-        let a = match self.tlsf.alloc(len as u64, align) {
-            Ok(a) => a,
-            Err(_) => self.alloc_after_flush(len, align)?,
-        };
-        let slot = self.tlsf.handle_slot(a.handle) as u32;
+        // SAFETY: see `shared`; borrowed apart from `self.carver`.
+        let returned = unsafe { &self.shared.as_ref().returned };
+        let a = self
+            .carver
+            .alloc(returned, len as u64, align)
+            .map_err(tlsf_error)?;
+        let slot = self.carver.tlsf.handle_slot(a.handle) as u32;
         Ok(ArenaBuf {
             shared: self.shared,
             offset: a.offset as usize,
@@ -164,15 +174,6 @@ impl Arena {
             handle: a.handle,
             slot,
         })
-    }
-
-    /// The retry of a failed allocation, with the newest dropped buffer
-    /// taken back too.
-    #[cold]
-    #[inline(never)]
-    fn alloc_after_flush(&mut self, len: usize, align: u64) -> Result<Allocation, Error> {
-        self.flush();
-        self.tlsf.alloc(len as u64, align).map_err(tlsf_error)
     }
 
     /// Gives `buf` back at once: for a buffer back on the thread that owns
@@ -189,39 +190,24 @@ impl Arena {
         // Its range goes back to the allocator here instead of through the
         // queue; nothing else of the buffer needs dropping.
         core::mem::forget(buf);
-        let freed = self.tlsf.free(handle);
-        debug_assert!(freed.is_ok(), "a buffer's handle is live");
+        self.carver.free(handle);
     }
 
-    /// Frees what buffers dropped (on any thread) since the last call, but
-    /// the newest (see `return_queue`). Loads and plain stores only.
-    #[inline]
-    fn reclaim(&mut self) {
-        // SAFETY: see `shared`; borrowed apart from `self.tlsf`.
-        let shared = unsafe { self.shared.as_ref() };
-        let tlsf = &mut self.tlsf;
-        shared.returned.drain(&mut self.cursor, |handle| {
-            let freed = tlsf.free(handle);
-            debug_assert!(freed.is_ok(), "a returned buffer's handle is live");
-        });
-    }
-
-    /// As `reclaim`, the newest dropped buffer included (one atomic swap).
+    /// Every buffer dropped so far taken back, and the front cache merged
+    /// back into the free lists.
     fn flush(&mut self) {
-        // SAFETY: see `shared`; borrowed apart from `self.tlsf`.
-        let shared = unsafe { self.shared.as_ref() };
-        let tlsf = &mut self.tlsf;
-        shared.returned.flush(&mut self.cursor, |handle| {
-            let freed = tlsf.free(handle);
-            debug_assert!(freed.is_ok(), "a returned buffer's handle is live");
-        });
+        // SAFETY: see `shared`; borrowed apart from `self.carver`.
+        let returned = unsafe { &self.shared.as_ref().returned };
+        self.carver.flush(returned);
+        self.carver.tlsf.flush_cache();
     }
 
     /// Bytes in use, free, largest free block, high-water mark, counts,
-    /// with every buffer dropped so far taken back.
+    /// with every buffer dropped so far taken back and the front cache
+    /// emptied (so `free_blocks` and `largest_free` are exact).
     pub fn stats(&mut self) -> Stats {
         self.flush();
-        self.tlsf.stats()
+        self.carver.tlsf.stats()
     }
 
     /// True when the region got huge pages (asked for and available).
@@ -260,7 +246,7 @@ impl Arena {
 impl Drop for Arena {
     fn drop(&mut self) {
         self.flush();
-        if self.tlsf.alloc_count() != 0 {
+        if self.carver.tlsf.alloc_count() != 0 {
             // A buffer is alive (held, in flight, forgotten or leaked with a
             // queue whose destroy failed): its memory must stay.
             return;

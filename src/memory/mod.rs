@@ -25,6 +25,7 @@
 #![allow(unsafe_code)]
 
 mod arena;
+mod carve;
 mod contract;
 mod dmabuf;
 mod exposed;
@@ -33,7 +34,9 @@ mod return_queue;
 
 #[cfg(feature = "std")]
 pub use arena::SharedArena;
-pub use arena::{Arena, ArenaBuf, ArenaConfig};
+pub use arena::{Arena, ArenaBuf, ArenaConfig, DEFAULT_FRONT_CACHE};
+#[doc(hidden)]
+pub use carve::{ArenaModel, ModelBuf};
 
 pub use dmabuf::DmabufRegion;
 pub(crate) use exposed::check_access;

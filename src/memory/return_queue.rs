@@ -25,10 +25,17 @@ const NIL: u32 = u32::MAX;
 pub(crate) struct ReturnQueue {
     /// The producers' end: the entry pushed last.
     last: AtomicU32,
-    /// Per slot, then the stub: the entry pushed after it.
-    next: Box<[AtomicU32]>,
-    /// Per slot: the full handle (slot + generation) to free.
-    handle: Box<[AtomicU32]>,
+    /// Per slot, then the stub.
+    entries: Box<[Entry]>,
+}
+
+/// One slot's link and handle side by side: a push or a pop touches one
+/// cache line and passes one bounds check per entry.
+struct Entry {
+    /// The entry pushed after this one.
+    next: AtomicU32,
+    /// The full handle (slot + generation) to free; unused in the stub.
+    handle: AtomicU32,
 }
 
 /// The consumer's position, kept by the owner.
@@ -42,17 +49,16 @@ pub(crate) struct Cursor {
 impl ReturnQueue {
     /// A queue for `slots` slots, and its consumer's cursor.
     pub(crate) fn new(slots: usize) -> (ReturnQueue, Cursor) {
-        let table = |n| {
-            (0..n)
-                .map(|_| AtomicU32::new(NIL))
-                .collect::<Vec<_>>()
-                .into_boxed_slice()
-        };
         let stub = slots as u32;
         let queue = ReturnQueue {
             last: AtomicU32::new(stub),
-            next: table(slots + 1),
-            handle: table(slots),
+            entries: (0..=slots)
+                .map(|_| Entry {
+                    next: AtomicU32::new(NIL),
+                    handle: AtomicU32::new(NIL),
+                })
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
         };
         let cursor = Cursor {
             at: stub,
@@ -62,44 +68,60 @@ impl ReturnQueue {
     }
 
     fn stub(&self) -> u32 {
-        self.handle.len() as u32
+        self.entries.len() as u32 - 1
     }
 
     /// Queues a freed handle. Wait-free, allocation-free.
     #[inline]
     pub(crate) fn push(&self, handle: u32, slot: u32) {
-        self.handle[slot as usize].store(handle, Ordering::Relaxed);
-        self.link(slot);
+        let entry = &self.entries[slot as usize];
+        entry.handle.store(handle, Ordering::Relaxed);
+        entry.next.store(NIL, Ordering::Relaxed);
+        self.append(slot);
     }
 
-    /// Appends entry `slot`. The swap is AcqRel: Release so that the next
-    /// producer, linking after this entry, writes its `next` after the reset
-    /// below; Acquire for the same with the previous producer.
+    /// Appends entry `slot`, whose `next` the caller has just reset to
+    /// `NIL`. The swap is AcqRel: Release so that the next producer, linking
+    /// after this entry, writes its `next` after that reset; Acquire for the
+    /// same with the previous producer.
     #[inline]
-    fn link(&self, slot: u32) {
-        self.next[slot as usize].store(NIL, Ordering::Relaxed);
+    fn append(&self, slot: u32) {
         let prev = self.last.swap(slot, Ordering::AcqRel);
-        // Release: the stores above are visible to the consumer that reads
+        // Release: the stores before are visible to the consumer that reads
         // this link. Nothing of the queue is touched after it.
-        self.next[prev as usize].store(slot, Ordering::Release);
+        self.entries[prev as usize]
+            .next
+            .store(slot, Ordering::Release);
     }
 
     /// Frees, through `free`, every handle returned since the last call but
     /// the newest (see the module docs). Loads and plain stores only.
     #[inline]
     pub(crate) fn drain(&self, cursor: &mut Cursor, mut free: impl FnMut(u32)) {
+        while let Some(handle) = self.pop(cursor) {
+            free(handle);
+        }
+    }
+
+    /// The next handle to free, if one was returned after the entry the
+    /// cursor stands on: one load when none was. Small enough to inline
+    /// into the owner's allocation, where a loop around it frees inline.
+    #[inline(always)]
+    pub(crate) fn pop(&self, cursor: &mut Cursor) -> Option<u32> {
         let stub = self.stub();
         loop {
-            let next = self.next[cursor.at as usize].load(Ordering::Acquire);
+            let next = self.entries[cursor.at as usize]
+                .next
+                .load(Ordering::Acquire);
             if next == NIL {
-                return;
+                return None;
             }
             let done = core::mem::replace(&mut cursor.at, next);
-            if done != stub {
-                free(self.handle[done as usize].load(Ordering::Relaxed));
-            }
             if next == stub {
                 cursor.stub_queued = false;
+            }
+            if done != stub {
+                return Some(self.entries[done as usize].handle.load(Ordering::Relaxed));
             }
         }
     }
@@ -113,7 +135,10 @@ impl ReturnQueue {
         // one ahead of it.
         self.drain(cursor, &mut free);
         if cursor.at != self.stub() && !cursor.stub_queued {
-            self.link(self.stub());
+            self.entries[self.stub() as usize]
+                .next
+                .store(NIL, Ordering::Relaxed);
+            self.append(self.stub());
             cursor.stub_queued = true;
         }
         self.drain(cursor, &mut free);

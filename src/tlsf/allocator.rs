@@ -5,7 +5,7 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::types::{invalid_config, invalid_handle, Allocation, Stats, TlsfConfig, TlsfError};
-use super::types::{MAX_BLOCKS_LIMIT, NIL, SL_COUNT, SL_LOG2};
+use super::types::{CACHE_CLASSES, MAX_BLOCKS_LIMIT, NIL, SL_COUNT, SL_LOG2};
 
 /// What a node slot currently describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,6 +16,9 @@ pub(super) enum State {
     Free,
     /// An allocated block.
     Used,
+    /// A freed block held by the front cache (linked through `next_free`):
+    /// free for the caller, allocated for the bins, so never merged.
+    Cached,
 }
 
 /// A block descriptor, 40 bytes. Offsets and sizes are in granules. One
@@ -30,7 +33,13 @@ pub(super) struct Node {
     pub(super) next_phys: u32,
     pub(super) prev_free: u32,
     pub(super) next_free: u32,
-    pub(super) generation: u32,
+    /// The handle of this block while it is allocated: the generation in
+    /// the bits above the index, then the block's own index while it is
+    /// `Used`, and that index with every index bit flipped otherwise. So
+    /// one comparison with a handle checks both that the block is live and
+    /// that the handle is not stale, and allocating or freeing flips the
+    /// index bits (freeing also advances the generation).
+    pub(super) stamp: u32,
     /// The bin a free block is listed in (flat index, see [`bin_index`]),
     /// kept so that unlinking it need not recompute it.
     pub(super) bin: u16,
@@ -45,10 +54,23 @@ impl Node {
         next_phys: NIL,
         prev_free: NIL,
         next_free: NIL,
-        generation: 0,
+        stamp: 0,
         bin: 0,
         state: State::Unused,
     };
+}
+
+/// The front cache's stack for one size (see `cache.rs`): its top block,
+/// and how many more it may take.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct CacheClass {
+    pub(super) head: u32,
+    /// Counting down rather than up saves the free path a load of the depth.
+    pub(super) room: u32,
+}
+
+impl CacheClass {
+    pub(super) const EMPTY: Self = Self { head: NIL, room: 0 };
 }
 
 /// Bin slots: `FL_COUNT * SL_COUNT` (976) rounded up to a power of two, so
@@ -100,19 +122,26 @@ pub struct Tlsf {
     pub(super) sl_bitmap: [u16; FL_SLOTS],
     /// The non-empty first-level classes.
     pub(super) fl_bitmap: u64,
+    /// The front cache, by exact size in granules (class 0 is never used).
+    pub(super) cache: [CacheClass; CACHE_CLASSES],
+    /// Blocks each class may hold ([`TlsfConfig::front_cache`]).
+    pub(super) cache_depth: u32,
     /// log2 of the granule.
     pub(super) shift: u32,
     /// Managed capacity in granules.
     pub(super) cap_units: u64,
-    /// Bits of a handle that hold the node index.
-    pub(super) index_bits: u32,
-    /// `(1 << index_bits) - 1`.
+    /// The bits of a handle that hold the node index: `2^k - 1` for the
+    /// smallest `k >= 1` that covers `max_blocks - 1`.
     pub(super) index_mask: u32,
     pub(super) unused_head: u32,
     pub(super) unused_count: u32,
-    pub(super) used_units: u64,
+    /// Granules in blocks taken out of the bins: allocated or cached. The
+    /// cache's push and pop leave it alone; `in_use` subtracts the cache.
+    pub(super) taken_units: u64,
+    /// Peak of `taken_units`.
     pub(super) high_water_units: u64,
-    pub(super) live: u64,
+    /// Blocks taken out of the bins, likewise.
+    pub(super) taken: u64,
     pub(super) total_allocs: u64,
 }
 
@@ -122,9 +151,10 @@ impl fmt::Debug for Tlsf {
             .field("capacity", &self.capacity())
             .field("granule", &self.granule())
             .field("max_blocks", &self.max_blocks())
-            .field("in_use", &(self.used_units << self.shift))
-            .field("alloc_count", &self.live)
+            .field("in_use", &self.in_use())
+            .field("alloc_count", &self.alloc_count())
             .field("free_blocks", &self.free_block_count())
+            .field("cached", &(self.cache_totals().1 << self.shift))
             .finish_non_exhaustive()
     }
 }
@@ -158,31 +188,38 @@ impl Tlsf {
         nodes
             .try_reserve_exact(n)
             .map_err(|_| invalid_config("cannot allocate the node table"))?;
-        nodes.push(Node::UNUSED);
-        for i in 1..n {
-            let next = if i + 1 < n { (i + 1) as u32 } else { NIL };
+        let index_bits = (u32::BITS - (config.max_blocks - 1).leading_zeros()).max(1);
+        let index_mask = (1u32 << index_bits) - 1;
+        for i in 0..n {
+            let next = if i != 0 && i + 1 < n {
+                (i + 1) as u32
+            } else {
+                NIL
+            };
             nodes.push(Node {
                 next_free: next,
+                stamp: i as u32 ^ index_mask,
                 ..Node::UNUSED
             });
         }
-        let index_bits = (u32::BITS - (config.max_blocks - 1).leading_zeros()).max(1);
         let mut tlsf = Self {
             nodes,
             heads: [NIL; BINS],
             sl_bitmap: [0; FL_SLOTS],
             fl_bitmap: 0,
+            cache: [CacheClass::EMPTY; CACHE_CLASSES],
+            cache_depth: config.front_cache,
             shift,
             cap_units,
-            index_bits,
-            index_mask: (1 << index_bits) - 1,
+            index_mask,
             unused_head: if n > 1 { 1 } else { NIL },
             unused_count: config.max_blocks - 1,
-            used_units: 0,
+            taken_units: 0,
             high_water_units: 0,
-            live: 0,
+            taken: 0,
             total_allocs: 0,
         };
+        tlsf.reset_cache();
         tlsf.push_free(0, cap_units);
         Ok(tlsf)
     }
@@ -208,18 +245,20 @@ impl Tlsf {
         self.nodes.len() as u32
     }
 
-    /// Bytes currently allocated (requests rounded up to the granule). O(1).
+    /// Bytes currently allocated (requests rounded up to the granule). O(1)
+    /// without the front cache, else O([`CACHE_CLASSES`](super::CACHE_CLASSES)).
     #[must_use]
     #[inline]
     pub fn in_use(&self) -> u64 {
-        self.used_units << self.shift
+        (self.taken_units - self.cache_totals().1) << self.shift
     }
 
-    /// Number of live allocations. O(1).
+    /// Number of live allocations. O(1) without the front cache, else
+    /// O([`CACHE_CLASSES`](super::CACHE_CLASSES)).
     #[must_use]
     #[inline]
     pub fn alloc_count(&self) -> u64 {
-        self.live
+        self.taken - self.cache_totals().0
     }
 
     /// Reserves `size` bytes at an offset that is a multiple of `align`.
@@ -238,9 +277,10 @@ impl Tlsf {
     #[inline(always)]
     pub fn alloc(&mut self, size: u64, align: u64) -> Result<Allocation, TlsfError> {
         // The fast path: 1..=capacity bytes at an alignment the granule
-        // already gives (a power of two no larger than it), and a block and
-        // a node slot at hand. Anything else, including every error, takes
-        // the slow path, which starts over.
+        // already gives (a power of two no larger than it), and a cached
+        // block of the size, or a block and a node slot at hand. Anything
+        // else, including every error, takes the slow path, which starts
+        // over.
         // `size - 1` wraps for 0, and `(size - 1) >> shift < cap_units`
         // is `size <= capacity`.
         let whole = size.wrapping_sub(1) >> self.shift;
@@ -249,6 +289,9 @@ impl Tlsf {
             && align & align.wrapping_sub(1) == 0
         {
             let units = whole + 1;
+            if let Some(a) = self.cache_pop(units, size) {
+                return Ok(a);
+            }
             if let Some(idx) = self.find_block(units) {
                 if let Some(a) = self.take_head(idx, units, size) {
                     return Ok(a);
@@ -266,8 +309,9 @@ impl Tlsf {
         (handle & self.index_mask) as usize
     }
 
-    /// Returns an allocation's range to the free lists, merging it with free
-    /// physical neighbours. O(1).
+    /// Returns an allocation's range: to the front cache if its size's
+    /// class has room, else to the free lists, merged with free physical
+    /// neighbours. O(1).
     ///
     /// # Errors
     ///
@@ -276,17 +320,35 @@ impl Tlsf {
     /// then.
     #[inline(always)]
     pub fn free(&mut self, handle: u32) -> Result<(), TlsfError> {
-        let idx = handle & self.index_mask;
-        let generation = handle >> self.index_bits;
+        let mask = self.index_mask;
+        let idx = handle & mask;
         let node = match self.nodes.get_mut(idx as usize) {
-            Some(n) if n.state == State::Used && n.generation == generation => n,
+            Some(n) if n.stamp == handle => n,
             _ => return Err(invalid_handle(handle)),
         };
-        node.generation = generation.wrapping_add(1) & (u32::MAX >> self.index_bits);
-        let (mut size, prev, mut next) = (node.size, node.prev_phys, node.next_phys);
-        self.used_units -= size;
-        self.live -= 1;
+        // The next generation (the generation bits wrap), not live.
+        node.stamp = handle.wrapping_add(mask + 1) ^ mask;
+        let size = node.size;
+        let class = &mut self.cache[size as usize & (CACHE_CLASSES - 1)];
+        if size < CACHE_CLASSES as u64 && class.room != 0 {
+            class.room -= 1;
+            node.state = State::Cached;
+            node.next_free = class.head;
+            class.head = idx;
+            return Ok(());
+        }
+        self.release(idx);
+        Ok(())
+    }
 
+    /// Puts block `idx` (freed or cached, on no list) back in the bins,
+    /// merged with its free physical neighbours.
+    #[inline(always)]
+    pub(super) fn release(&mut self, idx: u32) {
+        let node = &self.nodes[idx as usize];
+        let (mut size, prev, mut next) = (node.size, node.prev_phys, node.next_phys);
+        self.taken_units -= size;
+        self.taken -= 1;
         // Merge into the predecessor (which keeps its slot, so node 0 stays
         // the block at offset 0), then swallow the successor; each merged-away
         // slot goes back to the unused stack.
@@ -314,23 +376,24 @@ impl Tlsf {
         }
         self.nodes[start as usize].next_phys = next;
         self.push_free(start, size);
-        Ok(())
     }
 
     /// A snapshot of the accounting. O(1) except `largest_free`, which scans
     /// the highest non-empty bin.
     #[must_use]
     pub fn stats(&self) -> Stats {
-        let in_use = self.used_units << self.shift;
+        let (cached_blocks, cached_units) = self.cache_totals();
+        let in_use = (self.taken_units - cached_units) << self.shift;
         Stats {
             capacity: self.capacity(),
             in_use,
             free: self.capacity() - in_use,
             largest_free: self.largest_free_units() << self.shift,
             high_water: self.high_water_units << self.shift,
-            alloc_count: self.live,
+            alloc_count: self.taken - cached_blocks,
             total_allocs: self.total_allocs,
             free_blocks: self.free_block_count(),
+            cached: cached_units << self.shift,
         }
     }
 }

@@ -10,10 +10,24 @@ use super::types::{
 impl Tlsf {
     /// Everything `alloc`'s fast path does not take: errors, alignments
     /// above the granule, exhaustion of blocks or node slots. Out of line,
-    /// so that the fast path stays small enough to inline.
+    /// so that the fast path stays small enough to inline. Exhaustion is
+    /// reported only with the front cache empty: its blocks are merged
+    /// back and the request tried once more.
     #[cold]
     #[inline(never)]
     pub(super) fn alloc_slow(&mut self, size: u64, align: u64) -> Result<Allocation, TlsfError> {
+        match self.alloc_uncached(size, align) {
+            Err(TlsfError::OutOfMemory { .. } | TlsfError::OutOfNodes { .. })
+                if self.flush_cache() =>
+            {
+                self.alloc_uncached(size, align)
+            }
+            r => r,
+        }
+    }
+
+    /// The slow path without the front cache.
+    fn alloc_uncached(&mut self, size: u64, align: u64) -> Result<Allocation, TlsfError> {
         if size == 0 {
             return Err(zero_size());
         }
@@ -36,7 +50,7 @@ impl Tlsf {
         Ok(Allocation {
             offset: node.offset << self.shift,
             len: size,
-            handle: (node.generation << self.index_bits) | idx,
+            handle: node.stamp,
         })
     }
 
@@ -121,7 +135,7 @@ impl Tlsf {
         Some(Allocation {
             offset: block.offset << self.shift,
             len: size,
-            handle: (block.generation << self.index_bits) | idx,
+            handle: block.stamp ^ self.index_mask,
         })
     }
 
@@ -182,9 +196,10 @@ impl Tlsf {
         let node = &mut self.nodes[idx as usize];
         node.size = units;
         node.state = State::Used;
-        self.used_units += units;
-        self.high_water_units = self.high_water_units.max(self.used_units);
-        self.live += 1;
+        node.stamp ^= self.index_mask;
+        self.taken_units += units;
+        self.high_water_units = self.high_water_units.max(self.taken_units);
+        self.taken += 1;
         self.total_allocs += 1;
     }
 
@@ -252,9 +267,9 @@ impl Tlsf {
     }
 
     /// Free blocks: every slot not on the unused stack is a block, and the
-    /// blocks that are not free are the live allocations.
+    /// blocks that are not free are the taken ones (allocated or cached).
     pub(super) fn free_block_count(&self) -> u64 {
-        (self.nodes.len() as u64 - u64::from(self.unused_count)) - self.live
+        (self.nodes.len() as u64 - u64::from(self.unused_count)) - self.taken
     }
 
     /// Size in granules of the largest free block: the biggest block of the

@@ -10,7 +10,8 @@ impl Tlsf {
     /// cover the capacity exactly, with consistent neighbour links and no two
     /// adjacent free blocks; that every node slot is a block or on the unused
     /// stack; that each free block is on exactly the list of its size's bin
-    /// and the bitmaps match the non-empty bins; and that the counters
+    /// and the bitmaps match the non-empty bins; that each cached block is on
+    /// exactly the front cache's stack of its size; and that the counters
     /// (`in_use`, live allocations, free blocks, high water) are exact.
     ///
     /// # Errors
@@ -28,6 +29,9 @@ impl Tlsf {
             };
             if node.state != State::Unused {
                 return Err("unused stack holds a live block");
+            }
+            if node.stamp & self.index_mask == i {
+                return Err("an unused slot's stamp matches a handle");
             }
             unused += 1;
             if unused as usize > n {
@@ -53,6 +57,8 @@ impl Tlsf {
         let mut used_units = 0u64;
         let mut live = 0u64;
         let mut free_blocks = 0u64;
+        let mut cached_blocks = 0u64;
+        let mut cached_units = 0u64;
         let mut walked = 0u64;
         let mut prev = NIL;
         let mut prev_free = false;
@@ -77,6 +83,9 @@ impl Tlsf {
             if node.size == 0 {
                 return Err("zero-size block");
             }
+            if (node.stamp & self.index_mask == i) != (node.state == State::Used) {
+                return Err("a stamp's index bits disagree with the block's state");
+            }
             expect_offset = node
                 .offset
                 .checked_add(node.size)
@@ -90,6 +99,9 @@ impl Tlsf {
                     return Err("two adjacent free blocks");
                 }
                 free_blocks += 1;
+            } else if node.state == State::Cached {
+                cached_blocks += 1;
+                cached_units += node.size;
             } else {
                 used_units += node.size;
                 live += 1;
@@ -104,19 +116,22 @@ impl Tlsf {
         if expect_offset != self.cap_units {
             return Err("blocks do not cover the capacity");
         }
-        if used_units != self.used_units {
-            return Err("in_use accounting is off");
+        if used_units + cached_units != self.taken_units {
+            return Err("taken units accounting is off");
         }
-        if live != self.live {
-            return Err("live allocation count is off");
+        if live + cached_blocks != self.taken {
+            return Err("taken block count is off");
+        }
+        if (cached_blocks, cached_units) != self.cache_totals() {
+            return Err("the cache's room disagrees with its blocks");
         }
         if free_blocks != self.free_block_count() {
             return Err("free block count is off");
         }
-        if self.high_water_units < self.used_units || self.high_water_units > self.cap_units {
+        if self.high_water_units < self.taken_units || self.high_water_units > self.cap_units {
             return Err("high water mark is off");
         }
-        if self.total_allocs < self.live {
+        if self.total_allocs < live {
             return Err("total_allocs below the live count");
         }
 
@@ -177,6 +192,6 @@ impl Tlsf {
         if listed != free_blocks {
             return Err("free blocks missing from the free lists");
         }
-        Ok(())
+        self.check_cache(cached_blocks)
     }
 }

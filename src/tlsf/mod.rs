@@ -45,6 +45,18 @@
 //!   alignment up to the granule, a block and a node slot at hand) and
 //!   leaves errors and large alignments to an out-of-line slow path, which
 //!   starts over; `free` is inlined whole.
+//! * **Front cache** (opt-in, [`TlsfConfig::with_front_cache`]). A freed
+//!   block of fewer than [`CACHE_CLASSES`] granules goes onto a LIFO stack
+//!   for its exact size, up to `front_cache` blocks per size, instead of
+//!   being merged; an allocation of that size (alignment up to the granule)
+//!   pops it first. Such a pair is a push and a pop: no bin search, split
+//!   or merge, and the block is warm in the cache. Cached blocks are free
+//!   for the caller and held for the bins (never merged, never handed out
+//!   twice: a cached block is not `Used`, so its old handle is stale like
+//!   any freed one). The cost is memory held back, at most `front_cache`
+//!   blocks of each size; an allocation that would fail first merges the
+//!   whole cache back ([`Tlsf::flush_cache`]) and tries again, so every
+//!   bound below holds with the cache too.
 //! * **Handles.** [`Allocation::handle`] is a node index plus a generation in
 //!   the high bits (the bits the index does not need: 8 at least, 21 for
 //!   2048 nodes). Freeing bumps the generation, so a double free or a stale
@@ -74,6 +86,7 @@
 
 mod allocator;
 mod blocks;
+mod cache;
 mod check;
 #[cfg(feature = "std")]
 mod shared;
@@ -85,6 +98,6 @@ pub use allocator::Tlsf;
 #[cfg(feature = "std")]
 pub use shared::SharedTlsf;
 pub use types::{
-    Allocation, Stats, TlsfConfig, TlsfError, DEFAULT_ALIGN, DEFAULT_GRANULE, DEFAULT_MAX_BLOCKS,
-    MAX_BLOCKS_LIMIT,
+    Allocation, Stats, TlsfConfig, TlsfError, CACHE_CLASSES, DEFAULT_ALIGN, DEFAULT_GRANULE,
+    DEFAULT_MAX_BLOCKS, MAX_BLOCKS_LIMIT,
 };

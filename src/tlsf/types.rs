@@ -14,6 +14,11 @@ pub struct TlsfConfig {
     /// exist at once, `1..=MAX_BLOCKS_LIMIT`. At most `2 * live + 1` blocks
     /// exist with `live` allocations.
     pub max_blocks: u32,
+    /// Depth of the front cache: how many freed blocks of each exact size
+    /// below [`CACHE_CLASSES`] granules are kept aside, unmerged, for the
+    /// next request of that size (0, the default: no cache). See the
+    /// [module documentation](super#front-cache).
+    pub front_cache: u32,
 }
 
 impl Default for TlsfConfig {
@@ -29,6 +34,7 @@ impl TlsfConfig {
         Self {
             granule: DEFAULT_GRANULE,
             max_blocks: DEFAULT_MAX_BLOCKS,
+            front_cache: 0,
         }
     }
 
@@ -43,6 +49,13 @@ impl TlsfConfig {
     #[must_use]
     pub const fn with_max_blocks(mut self, max_blocks: u32) -> Self {
         self.max_blocks = max_blocks;
+        self
+    }
+
+    /// Sets the front cache's depth per size (0: no cache).
+    #[must_use]
+    pub const fn with_front_cache(mut self, depth: u32) -> Self {
+        self.front_cache = depth;
         self
     }
 
@@ -86,17 +99,24 @@ pub struct Stats {
     pub in_use: u64,
     /// Bytes in free blocks: `capacity - in_use`.
     pub free: u64,
-    /// Size of the largest free block in bytes.
+    /// Size of the largest free block in bytes (the front cache's blocks
+    /// not included).
     pub largest_free: u64,
-    /// Peak of `in_use` since construction.
+    /// Peak of `in_use + cached` since construction: the most memory taken
+    /// out of the free lists at once (`in_use` alone without the cache).
     pub high_water: u64,
     /// Live allocations.
     pub alloc_count: u64,
     /// Successful allocations since construction.
     pub total_allocs: u64,
     /// Number of free blocks (1 when nothing is allocated; more means
-    /// fragmentation).
+    /// fragmentation). Blocks in the front cache are not counted.
     pub free_blocks: u64,
+    /// Bytes in blocks held by the front cache: free for the caller (part of
+    /// `free`) but not merged, so not part of `free_blocks` or
+    /// `largest_free` until [`Tlsf::flush_cache`](super::Tlsf::flush_cache)
+    /// (which a failing allocation does by itself).
+    pub cached: u64,
 }
 
 /// Why an allocator operation failed. Every failure is a value: the
@@ -221,6 +241,10 @@ pub(super) const SL_COUNT: usize = 1 << SL_LOG2;
 /// First-level classes: one exact class for sizes below `SL_COUNT` granules,
 /// then one per power of two from `2^SL_LOG2` to `2^63` granules.
 pub(super) const FL_COUNT: usize = (u64::BITS - SL_LOG2 + 1) as usize;
+/// Front-cache classes: one per exact size of `1..CACHE_CLASSES` granules
+/// (16 KiB at the default granule). A power of two, so that a masked index
+/// needs no bounds check.
+pub const CACHE_CLASSES: usize = 256;
 /// "No node" in every index field.
 pub(super) const NIL: u32 = u32::MAX;
 
