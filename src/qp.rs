@@ -5,7 +5,7 @@
 use crate::device::{GidEntry, PortAttr};
 use crate::endpoint::Endpoint;
 use crate::engine::{
-    Completion, CompletionRef, ConnectOptions, Engine, EngineConfig, PathInfo, PostError,
+    Completion, CompletionRef, ConnectOptions, Engine, EngineConfig, Lane, PathInfo, PostError,
     PreparedHandle, PreparedRecv, PreparedSend, QpAttributes, QpConfig, QpId, QpState,
 };
 use crate::error::Error;
@@ -279,6 +279,16 @@ impl<B: NicBuf> QueuePair<B> {
         signal: impl Fn(usize) -> bool,
     ) -> Result<(), Error> {
         self.engine.post_prepared_chain(chain, signal)
+    }
+
+    /// Starts a lane on this queue pair's prepared send and receive (see
+    /// [`Engine::lane`]).
+    pub fn lane(
+        &mut self,
+        send: PreparedSend,
+        recv: Option<PreparedRecv>,
+    ) -> Result<Lane<'_, B>, Error> {
+        self.engine.lane(send, recv)
     }
 
     /// Lends a prepared request's first buffer (see [`Engine::prepared_buf`]).

@@ -7,7 +7,8 @@
 //!   buffers until it completes (a ring slot, a shared-receive slot, a
 //!   prepared entry).
 //! - `doorbell`: the only place work requests reach the device.
-//! - `post`, `poll`: the data path; `check`: what a send is checked for.
+//! - `post`, `poll`: the data path; `check`: what a send is checked for;
+//!   `lane`: one queue pair's prepared pair, checked once, posted often.
 //! - `setup`, `connect`, `expose`: building, connecting, exposing memory.
 //! - `ud`, `ah_table`: datagrams and the address handles they name.
 //!
@@ -23,6 +24,7 @@ mod core;
 mod doorbell;
 mod expose;
 pub(crate) mod id;
+mod lane;
 mod path;
 mod poll;
 mod post;
@@ -47,6 +49,7 @@ pub use core::Engine;
 pub use doorbell::RawSend;
 pub use doorbell::Verbs;
 pub use id::RAW_ID_LIMIT;
+pub use lane::{Lane, LanePoll};
 pub use path::PathInfo;
 pub use post::PostError;
 pub use prepared_table::{Prepared, PreparedHandle, PreparedRecv, PreparedSend};

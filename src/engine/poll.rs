@@ -103,6 +103,17 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             _ => &self.cq,
         };
         let polled = self.prov.poll(cq, &mut wcs[..max.clamp(1, POLL_BATCH)])?;
+        Ok(self.route(polled, on_done))
+    }
+
+    /// Routes the completions `polled` off a CQ, each to what it finishes;
+    /// returns the number of requests handed back.
+    #[inline]
+    pub(crate) fn route(
+        &mut self,
+        polled: &[sys::ibv_wc],
+        on_done: &mut impl FnMut(CompletionRef<'_, B>),
+    ) -> usize {
         let mut delivered = 0;
         let mut pending = Unrouted {
             engine: self,
@@ -112,7 +123,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             delivered += pending.engine.retire(wc, on_done);
             pending.rest = rest;
         }
-        Ok(delivered)
+        delivered
     }
 
     /// Hands back what completion `wc` finishes. Idempotent: a second call

@@ -18,7 +18,7 @@ use super::core::Engine;
 use super::doorbell::{send_flags, PreparedWr, Provider};
 use super::post::PostError;
 use super::prepared_table::{
-    gone, Entry, PreparedHandle, PreparedRecv, PreparedSend, LENT, NEVER, RELEASED,
+    gone, Entry, PreparedHandle, PreparedRecv, PreparedSend, IN_LANE, LENT, NEVER, RELEASED,
 };
 use super::qp_slot::QpId;
 
@@ -198,7 +198,12 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         let entry = self.prepared.entry(H::RECV, index, key)?;
         let slot = &self.qps[entry.qp as usize];
         let ring = if H::RECV { &slot.recv } else { &slot.send };
-        if entry.last_post != NEVER && ring.contains(entry.last_post) {
+        let in_flight = match entry.last_post {
+            NEVER => false,
+            IN_LANE => ring.len() != 0,
+            seq => ring.contains(seq),
+        };
+        if in_flight {
             return Err(busy(call));
         }
         Ok(entry)

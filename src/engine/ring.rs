@@ -127,6 +127,45 @@ impl<B> Ring<B> {
         }
     }
 
+    /// Records a post whose slot already holds what the post would write
+    /// there: a lane's, whose rings `fill` prepared (`lane.rs`).
+    #[inline(always)]
+    pub(crate) fn push_filled(&mut self) {
+        debug_assert!(self.len() < self.capacity);
+        self.tail += 1;
+    }
+
+    /// Retires the requests a completion of `seq` finishes, as `through`
+    /// counts them, without reading their slots (a lane's: they hold no
+    /// buffers). Returns how many.
+    #[inline(always)]
+    pub(crate) fn retire_filled(&mut self, seq: u64) -> u64 {
+        let n = self.through(seq);
+        self.head += n;
+        n
+    }
+
+    /// The slots of the requests in flight, oldest first.
+    pub(crate) fn in_flight(&self) -> impl Iterator<Item = &Slot<B>> {
+        (self.head..self.tail).map(|seq| &self.slots[(seq & self.mask) as usize])
+    }
+
+    /// Writes `tag`, `opcode`, `signaled` and the prepared request into
+    /// every slot, as each post of that request would: for a lane, whose
+    /// posts then only count (`push_filled`). Every slot must hold no
+    /// buffers (the caller checked that what is in flight is posts of
+    /// that request).
+    pub(crate) fn fill(&mut self, tag: u64, opcode: WcOpcode, prepared: u32, generation: u32) {
+        for slot in self.slots.iter_mut() {
+            debug_assert!(slot.sgl.len() == 0);
+            slot.tag = tag;
+            slot.opcode = opcode;
+            slot.signaled = true;
+            slot.prepared = prepared;
+            slot.generation = generation;
+        }
+    }
+
     /// Removes the oldest request, which `through` counted; the caller takes
     /// its buffers out of the slot before the next push.
     #[inline(always)]

@@ -14,7 +14,10 @@
 //!   successfully (`core.rs`);
 //! - a prepared request's buffers stay in its table entry, which refuses
 //!   loans, copies and release while its latest post is in flight
-//!   (`prepared.rs`, `PreparedTable::idle`);
+//!   (`prepared.rs`, `PreparedTable::idle`); a lane's copies of its
+//!   entries' requests ([`LaneWrs`]) live no longer than the lane's borrow
+//!   of the engine, and while it lasts the entries count as busy whenever
+//!   their queue holds anything;
 //! - a shared-receive-queue receive's buffers are in its slot until its
 //!   completion or the queue's successful destroy (`srq.rs`);
 //! - a window bind names a window and a region its [`ExposedBuf`] keeps
@@ -29,6 +32,7 @@
 use core::mem::MaybeUninit;
 
 mod build;
+mod lane_wr;
 mod prepared_wr;
 mod provider;
 mod raw_send;
@@ -46,6 +50,7 @@ use super::ring::Ring;
 use build::{check_atomic_result, send_wr};
 
 pub(crate) use build::{send_flags, SendMeta};
+pub(crate) use lane_wr::LaneWrs;
 pub(crate) use prepared_wr::PreparedWr;
 pub use provider::{Provider, Verbs};
 pub(crate) use raw_send::send_raw;

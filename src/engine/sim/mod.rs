@@ -20,6 +20,7 @@ mod alloc_count;
 mod device;
 mod drain;
 mod forge;
+mod lane_ops;
 mod lifecycle;
 #[cfg(test)]
 mod limits;

@@ -75,7 +75,7 @@ impl Run {
 
     /// Every queue pair a failed completion was handed back for is in ERR:
     /// the engine refuses its posts until a reset.
-    fn check_stopped(&self, failed: &[QpId]) {
+    pub(super) fn check_stopped(&self, failed: &[QpId]) {
         for &qp in failed {
             if let Ok(state) = self.engine.state(qp) {
                 assert_eq!(

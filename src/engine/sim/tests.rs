@@ -27,7 +27,7 @@ fn sweep(hostile: bool) {
         .ok()
         .and_then(|v| v.parse::<u64>().ok());
     let base = if hostile { 1 << 32 } else { 0 };
-    let (mut total, mut posts, mut back, mut leaked) = (0, 0, 0, 0);
+    let (mut total, mut posts, mut back, mut leaked, mut lanes) = (0, 0, 0, 0, 0);
     for seed in (base..base + seeds).filter(|s| only.is_none_or(|o| o == *s)) {
         let r = std::panic::catch_unwind(|| run(Plan { seed, ops, hostile }));
         let r = r.unwrap_or_else(|e| {
@@ -42,9 +42,10 @@ fn sweep(hostile: bool) {
         posts += r.posts;
         back += r.handed_back;
         leaked += r.leaked;
+        lanes += r.lanes;
     }
     std::println!(
-        "simulation ({}): {total} operations over {seeds} seeds, {posts} requests posted, {back} buffers handed back, {leaked} queue pairs leaked by failed destroys",
+        "simulation ({}): {total} operations over {seeds} seeds, {posts} requests posted, {back} buffers handed back, {leaked} queue pairs leaked by failed destroys, {lanes} lanes",
         if hostile { "hostile device" } else { "device within the specification" }
     );
 }

@@ -1,0 +1,67 @@
+//! A lane's work requests: copies of its prepared send's and receive's,
+//! made once when the lane starts, so a post only stamps the id.
+
+use crate::error::Error;
+use crate::sys::{self, ibv_send_flags as F, Zeroed};
+
+use super::{PreparedWr, Provider};
+
+/// The copies a lane posts. They point at the prepared entries' own
+/// scatter/gather blocks, which stay put while the lane lives: the lane
+/// borrows its engine (`&mut`) for its whole life, so no entry can be
+/// released, lent or rebuilt meanwhile.
+pub(crate) struct LaneWrs {
+    send: sys::ibv_send_wr,
+    recv: sys::ibv_recv_wr,
+}
+
+impl LaneWrs {
+    /// Copies of `send` (signaled: a lane's sends always are) and of
+    /// `recv`, if any.
+    pub(crate) fn new(send: &PreparedWr, recv: Option<&PreparedWr>) -> LaneWrs {
+        let mut s = send.send;
+        s.send_flags = send.flags() | F::SIGNALED;
+        LaneWrs {
+            send: s,
+            recv: recv.map_or_else(sys::ibv_recv_wr::zeroed, |r| r.recv),
+        }
+    }
+
+    /// Posts the send as request `seq` of queue pair `qp_index`; the caller
+    /// records it in the ring (`Ring::push_filled`).
+    #[inline(always)]
+    pub(crate) fn post_send<P: Provider>(
+        &mut self,
+        prov: &mut P,
+        qp: &P::Qp,
+        qp_index: u32,
+        seq: u64,
+    ) -> Result<(), Error> {
+        self.send.wr_id = crate::engine::id::ring(false, qp_index, seq);
+        // SAFETY: the copy points at its entry's scatter/gather block (on
+        // the heap, stable while the entry lives), built from the buffers
+        // the entry owns. The lane that owns this copy borrows the engine
+        // for its life, so the entry stays and keeps its buffers; the post
+        // is recorded in the ring, whose slots name the entry, and the
+        // entry counts as busy while its queue's ring holds anything
+        // (`prepared_table::IN_LANE`), so no loan, copy or release
+        // reaches the buffers until the device is done.
+        unsafe { prov.post_send(qp, core::slice::from_mut(&mut self.send)) }.map_err(|f| f.error)
+    }
+
+    /// Posts the receive as request `seq` of queue pair `qp_index`; the
+    /// caller made sure the lane has one and records the post as
+    /// `post_send` says.
+    #[inline(always)]
+    pub(crate) fn post_recv<P: Provider>(
+        &mut self,
+        prov: &mut P,
+        qp: &P::Qp,
+        qp_index: u32,
+        seq: u64,
+    ) -> Result<(), Error> {
+        self.recv.wr_id = crate::engine::id::ring(true, qp_index, seq);
+        // SAFETY: as in `post_send`, for the receive's entry.
+        unsafe { prov.post_recv(qp, core::slice::from_mut(&mut self.recv)) }.map_err(|f| f.error)
+    }
+}

@@ -1,0 +1,340 @@
+//! A lane: one queue pair's prepared send (and receive) posted and
+//! completed with everything checked once, when the lane starts, rather
+//! than on every post: the shape of a ping-pong or a request-reply loop,
+//! at the cost of perftest's.
+//!
+//! A lane borrows its engine (`&mut`) for its life, so only the lane posts
+//! meanwhile, and only its two requests: every request in its queue pair's
+//! rings is a post of one of them. Starting the lane writes what those
+//! posts would record into every ring slot and marks both entries busy
+//! while their ring holds anything (`IN_LANE`), so a post only counts (the
+//! ring's tail), and a completion of its own is recognised by its queue
+//! pair number and id before the general router, and only counts too (the
+//! ring's head). Nothing the lane leaves needs its `Drop`: dropped or
+//! forgotten, the rings and entries say what the device holds, and
+//! [`Engine::poll`] hands back what is still in flight as posts of the
+//! prepared requests.
+
+use core::mem::MaybeUninit;
+
+use crate::error::Error;
+use crate::memory::{HostBuf, NicBuf};
+use crate::site;
+use crate::sys::{self, ibv_wc_status as WcStatus};
+
+use super::check::{cannot_recv, cannot_send_on, post_hint};
+use super::completion::CompletionRef;
+use super::config::Queue;
+use super::core::Engine;
+use super::doorbell::{LaneWrs, Provider, Verbs};
+use super::id::{self, WrId};
+use super::prepared::rebuilt;
+use super::prepared_table::{gone, PreparedRecv, PreparedSend, IN_LANE, NEVER};
+use super::qp_slot::QpId;
+
+/// What one [`Lane::poll`] took off its completion queue.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LanePoll {
+    /// The lane's sends completed.
+    pub sent: u32,
+    /// The lane's receives completed.
+    pub received: u32,
+    /// Bytes the last of those receives brought.
+    pub received_len: u32,
+    /// Other requests handed to the callback (of other queue pairs).
+    pub other: u32,
+}
+
+/// One queue pair's prepared send and receive, posted again and again with
+/// the checks done once: see [`Engine::lane`].
+pub struct Lane<'e, B: NicBuf, P: Provider = Verbs> {
+    engine: &'e mut Engine<B, P>,
+    qp: u32,
+    qp_num: u32,
+    send: u32,
+    recv: Option<u32>,
+    wrs: LaneWrs,
+}
+
+#[cold]
+fn refused(site: &'static crate::error::Site) -> Error {
+    Error::invalid(site)
+}
+
+#[cold]
+fn no_recv() -> Error {
+    Error::invalid(site!(
+        "lane",
+        "this lane has no prepared receive",
+        "start it with Engine::lane(send, Some(recv))"
+    ))
+}
+
+#[cold]
+fn busy() -> Error {
+    Error::new(
+        site!(
+            "lane buffer",
+            "a post of this request is still in flight",
+            "poll until its completion comes back"
+        ),
+        crate::error::ErrorKind::BadState,
+    )
+}
+
+impl<B: NicBuf, P: Provider> Engine<B, P> {
+    /// Starts a lane on the queue pair of `send`: the prepared send, and
+    /// `recv` if given (of the same queue pair), posted with
+    /// [`Lane::post_send`] and [`Lane::post_recv`] and completed with
+    /// [`Lane::poll`], every handle and buffer checked here once. The
+    /// lane's sends are signaled. Refused when anything in flight on the
+    /// queue pair is not a signaled post of these two requests (the
+    /// receive side counts only with `recv`). Setup time: writes every
+    /// slot of the queue pair's rings.
+    pub fn lane(
+        &mut self,
+        send: PreparedSend,
+        recv: Option<PreparedRecv>,
+    ) -> Result<Lane<'_, B, P>, Error> {
+        let entry = match self.prepared.sends.get_mut(send.index as usize) {
+            Some(e) if e.key == send.key => e,
+            other => rebuilt(other, send.key, &self.qps, false)?,
+        };
+        let qp = entry.qp;
+        if let Some(r) = recv {
+            let entry = match self.prepared.recvs.get_mut(r.index as usize) {
+                Some(e) if e.key == r.key => e,
+                other => rebuilt(other, r.key, &self.qps, true)?,
+            };
+            if entry.qp != qp {
+                return Err(refused(site!(
+                    "lane",
+                    "the send and the receive belong to two queue pairs"
+                )));
+            }
+        }
+        let slot = &self.qps[qp as usize];
+        slot.qp.as_ref().ok_or_else(gone)?;
+        let ours = |s: &super::ring::Slot<B>, index: u32, key: u64| {
+            s.prepared == index && s.generation == key as u32 && s.signaled
+        };
+        if !slot.send.in_flight().all(|s| ours(s, send.index, send.key)) {
+            return Err(refused(site!(
+                "lane",
+                "the queue pair has sends in flight that are not signaled posts of this lane's"
+            )));
+        }
+        if let Some(r) = recv {
+            if !slot.recv.in_flight().all(|s| ours(s, r.index, r.key)) {
+                return Err(refused(site!(
+                    "lane",
+                    "the queue pair has receives in flight that are not posts of this lane's"
+                )));
+            }
+        }
+        let qp_num = slot.qp_num;
+        let slot = &mut self.qps[qp as usize];
+        let e = &mut self.prepared.sends[send.index as usize];
+        slot.send.fill(e.tag, e.opcode, send.index, send.key as u32);
+        e.last_post = IN_LANE;
+        let send_wr = &self.prepared.sends[send.index as usize].wr;
+        let recv_wr = match recv {
+            Some(r) => {
+                let e = &mut self.prepared.recvs[r.index as usize];
+                slot.recv.fill(e.tag, e.opcode, r.index, r.key as u32);
+                e.last_post = IN_LANE;
+                Some(&self.prepared.recvs[r.index as usize].wr)
+            }
+            None => None,
+        };
+        let wrs = LaneWrs::new(send_wr, recv_wr);
+        Ok(Lane {
+            engine: self,
+            qp,
+            qp_num,
+            send: send.index,
+            recv: recv.map(|r| r.index),
+            wrs,
+        })
+    }
+}
+
+impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
+    /// The queue pair the lane posts on.
+    pub fn qp(&self) -> QpId {
+        QpId {
+            engine: self.engine.id,
+            index: self.qp,
+            generation: self.engine.qps[self.qp as usize].generation,
+        }
+    }
+
+    /// The simulated device, which completes requests while a lane holds
+    /// the engine.
+    #[cfg(test)]
+    pub(super) fn provider(&mut self) -> &mut P {
+        &mut self.engine.prov
+    }
+
+    /// Posts the lane's send (signaled).
+    #[inline(always)]
+    pub fn post_send(&mut self) -> Result<(), Error> {
+        let e = &mut *self.engine;
+        let slot = &mut e.qps[self.qp as usize];
+        if slot.send.len() >= slot.send_room {
+            return Err(cannot_send_on(slot));
+        }
+        let qp = slot.qp.as_ref().ok_or_else(gone)?;
+        let seq = slot.send.next_seq();
+        self.wrs
+            .post_send(&mut e.prov, qp, self.qp, seq)
+            .map_err(post_hint)?;
+        slot.send.push_filled();
+        slot.unsignaled_run = 0;
+        Ok(())
+    }
+
+    /// Posts the lane's receive.
+    #[inline(always)]
+    pub fn post_recv(&mut self) -> Result<(), Error> {
+        if self.recv.is_none() {
+            return Err(no_recv());
+        }
+        let e = &mut *self.engine;
+        let slot = &mut e.qps[self.qp as usize];
+        if slot.recv.len() >= slot.recv_room {
+            return Err(cannot_recv(slot.state, slot.has_srq));
+        }
+        let qp = slot.qp.as_ref().ok_or_else(gone)?;
+        let seq = slot.recv.next_seq();
+        self.wrs.post_recv(&mut e.prov, qp, self.qp, seq)?;
+        slot.recv.push_filled();
+        Ok(())
+    }
+
+    /// Takes at most one entry off `queue`'s completion queue (as
+    /// [`Engine::poll_queue`]). A completion of the lane's is counted; a
+    /// failed one moves the queue pair to ERR and comes back as the error
+    /// (with its status); any other request is handed to `on_other` with
+    /// its buffers, as [`Engine::poll`] hands it.
+    #[inline(always)]
+    pub fn poll(
+        &mut self,
+        queue: Queue,
+        mut on_other: impl FnMut(CompletionRef<'_, B>),
+    ) -> Result<LanePoll, Error> {
+        let e = &mut *self.engine;
+        let cq = match (queue, &e.recv_cq) {
+            (Queue::Send, _) => &e.cq,
+            (Queue::Recv, Some(cq)) => cq,
+            (Queue::Recv, None) => return Ok(LanePoll::default()),
+        };
+        let mut wcs = [MaybeUninit::<sys::ibv_wc>::uninit()];
+        let polled = e.prov.poll(cq, &mut wcs)?;
+        let Some(wc) = polled.first() else {
+            return Ok(LanePoll::default());
+        };
+        if wc.qp_num == self.qp_num && wc.status == WcStatus::SUCCESS {
+            if let WrId::Ring { recv, qp, seq } = id::decode(wc.wr_id) {
+                if qp == self.qp && (!recv || self.recv.is_some()) {
+                    let slot = &mut e.qps[qp as usize];
+                    let mut done = LanePoll::default();
+                    if recv {
+                        done.received = slot.recv.retire_filled(seq) as u32;
+                        done.received_len = wc.byte_len;
+                    } else {
+                        done.sent = slot.send.retire_filled(seq) as u32;
+                    }
+                    return Ok(done);
+                }
+            }
+        }
+        self.route(polled, &mut on_other)
+    }
+
+    /// [`Lane::poll`]'s other completions: a failed one of the lane's, or
+    /// another queue pair's, through the engine's router.
+    #[cold]
+    #[inline(never)]
+    fn route(
+        &mut self,
+        polled: &[sys::ibv_wc],
+        on_other: &mut impl FnMut(CompletionRef<'_, B>),
+    ) -> Result<LanePoll, Error> {
+        let (qp, lane_recv) = (self.qp, self.recv.is_some());
+        let mut failed = None;
+        let mut other = 0;
+        self.engine.route(polled, &mut |c| {
+            let own = c.qp().is_some_and(|q| q.index == qp) && (lane_recv || !c.is_recv());
+            if !own {
+                other += 1;
+                on_other(c);
+            } else if failed.is_none() {
+                failed = c.result().err();
+            }
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(LanePoll {
+                other,
+                ..LanePoll::default()
+            }),
+        }
+    }
+
+    /// The first buffer of the lane's send (`recv` false) or receive,
+    /// refused while its queue holds anything in flight.
+    pub(super) fn idle_buf(&mut self, recv: bool) -> Result<&mut B, Error> {
+        let e = &mut *self.engine;
+        let slot = &e.qps[self.qp as usize];
+        let (ring, entry) = if recv {
+            let index = self.recv.ok_or_else(no_recv)?;
+            (&slot.recv, &mut e.prepared.recvs[index as usize])
+        } else {
+            (&slot.send, &mut e.prepared.sends[self.send as usize])
+        };
+        if ring.len() != 0 {
+            return Err(busy());
+        }
+        entry
+            .sgl
+            .buf_mut(0)
+            .ok_or_else(|| refused(site!("lane", "the request has no buffer")))
+    }
+}
+
+impl<B: HostBuf, P: Provider> Lane<'_, B, P> {
+    /// Copies `src` into the lane's send buffer at `offset`, for the next
+    /// post to send (as [`Engine::write_prepared`]). Refused while a send
+    /// of the lane's is in flight.
+    #[inline]
+    pub fn write_send(&mut self, offset: usize, src: &[u8]) -> Result<(), Error> {
+        self.idle_buf(false)?.write_at(offset, src)
+    }
+
+    /// Copies from the lane's receive buffer at `offset` into `dst` (what
+    /// the last receive brought). Refused while a receive of the lane's is
+    /// posted.
+    #[inline]
+    pub fn read_recv(&mut self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
+        self.idle_buf(true)?.read_at(offset, dst)
+    }
+}
+
+impl<B: NicBuf, P: Provider> Drop for Lane<'_, B, P> {
+    /// Records each entry's latest post precisely again (the lane's
+    /// `IN_LANE` is safe but keeps an entry busy while anything else is
+    /// in its queue). Forgotten instead, nothing is unsound.
+    fn drop(&mut self) {
+        let e = &mut *self.engine;
+        let slot = &e.qps[self.qp as usize];
+        let latest = |ring: &super::ring::Ring<B>| match ring.len() {
+            0 => NEVER,
+            _ => ring.next_seq() - 1,
+        };
+        e.prepared.sends[self.send as usize].last_post = latest(&slot.send);
+        if let Some(r) = self.recv {
+            e.prepared.recvs[r as usize].last_post = latest(&slot.recv);
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Lanes as callers use them: started on any prepared send (and
+//! receive), refused when something else is in flight on their queue
+//! pair; posted, polled and lent from while the device completes
+//! requests of every queue pair (failures too); then dropped or
+//! forgotten. The model checks them like every other post.
+
+use alloc::vec::Vec;
+
+use crate::engine::completion::CompletionRef;
+use crate::engine::config::Queue;
+use crate::engine::qp_slot::QpId;
+use crate::sys::ibv_wc_status as WcStatus;
+
+use super::alloc_count::{counted, uncounted};
+use super::device::SimBuf;
+use super::model;
+use super::run::Run;
+
+impl Run {
+    pub(super) fn lane(&mut self) {
+        if self.sends.is_empty() {
+            return;
+        }
+        let (seed, step) = (self.seed, self.step);
+        let send = self.sends[self.rng.below(self.sends.len() as u64) as usize].0;
+        let recv = (!self.recvs.is_empty() && self.rng.chance(700))
+            .then(|| self.recvs[self.rng.below(self.recvs.len() as u64) as usize].0);
+        let steps = 1 + self.rng.below(24);
+        let forget = self.rng.chance(200);
+        let Run {
+            engine, rng, qps, ..
+        } = self;
+        let mut failed: Vec<QpId> = Vec::new();
+        let Ok(mut lane) = counted(|| engine.lane(send, recv)) else {
+            return;
+        };
+        let own = lane.qp();
+        for _ in 0..steps {
+            match rng.below(7) {
+                0 | 1 => {
+                    let _ = counted(|| lane.post_send());
+                }
+                2 => {
+                    let _ = counted(|| lane.post_recv());
+                }
+                3 | 4 => {
+                    let queue = if rng.chance(900) {
+                        Queue::Send
+                    } else {
+                        Queue::Recv
+                    };
+                    let take = rng.chance(500);
+                    let on_other = |c: CompletionRef<'_, SimBuf>| {
+                        // Moved in: what the callback leaves is dropped
+                        // here, in the caller's code, not the engine's.
+                        uncounted(|| {
+                            let mut c = c;
+                            if c.status() != WcStatus::SUCCESS {
+                                failed.extend(c.qp());
+                            }
+                            if take {
+                                if let Some(b) = c.take_buf() {
+                                    model::check_handed_back(b.id, seed, step);
+                                }
+                            }
+                        })
+                    };
+                    if let Err(e) = counted(|| lane.poll(queue, on_other)) {
+                        if e.wc_status().is_some() {
+                            failed.push(own);
+                        }
+                    }
+                }
+                5 => {
+                    // A loan of either buffer: only when the device is done.
+                    if let Ok(b) = lane.idle_buf(rng.chance(500)) {
+                        model::check_handed_back(b.id, seed, step);
+                    }
+                }
+                _ => {
+                    let dev = &mut lane.provider().dev;
+                    // The lane's queue pair or another's.
+                    let any = if qps.is_empty() || rng.chance(300) {
+                        dev.rng.below(dev.qps.len() as u64) as usize
+                    } else {
+                        qps[rng.below(qps.len() as u64) as usize].1
+                    };
+                    if !dev.qps[any].destroyed {
+                        if rng.chance(30) {
+                            dev.fail(any);
+                        } else {
+                            let recv = rng.chance(400);
+                            dev.complete(any, recv, 1 + rng.below(3) as usize);
+                        }
+                    }
+                }
+            }
+        }
+        if forget {
+            core::mem::forget(lane);
+        } else {
+            drop(lane);
+        }
+        self.report.lanes += 1;
+        self.check_stopped(&failed);
+    }
+}
