@@ -74,14 +74,8 @@ fn a_lane_ping_pong_lands_every_message() {
             .write_send(0, &msg)
             .expect_err("the NIC's while the send is in flight");
         assert_eq!(err.kind(), ErrorKind::BadState);
-        let mut received = 0;
-        poll_until(&mut lb, |p| {
-            received += p.received;
-            if p.received == 1 {
-                assert_eq!(p.received_len, 64, "a whole 64-byte send arrived");
-            }
-            received == 1
-        });
+        poll_until(&mut lb, |p| p.received == 1);
+        assert_eq!(lb.received_len(), 64, "a whole 64-byte send arrived");
         let mut got = [0u8; 4];
         lb.read_recv(0, &mut got).unwrap();
         assert_eq!(u32::from_le_bytes(got), k, "message {k} landed");
@@ -161,7 +155,6 @@ fn other_queue_pairs_completions_come_back_with_their_buffers_during_a_lane() {
             })
             .unwrap();
         sent += got.sent;
-        assert!(got.other <= 4);
         assert!(
             !deadline.passed(),
             "{sent} lane sends, {} others came back",

@@ -1,9 +1,10 @@
 //! The measured loops of `perf`.
 //!
 //! Everything between the first timestamp and the last runs here, through
-//! the crate's safe data path: `post_prepared` for the latency tests' one
-//! request, the bandwidth sender's one source and the receives (built once
-//! in `Side::prepare` and posted again, as perftest posts its prebuilt
+//! the crate's safe data path: a `Lane` for the ping-pongs' prepared send
+//! and receive, `post_prepared` for the other latency tests' one request,
+//! the bandwidth sender's one source and the receives (built once in
+//! `Side::prepare` and posted again, as perftest posts its prebuilt
 //! requests; a latency test's one receive is posted `rx_depth` times),
 //! `post_send_chain` (`post_send` for a single request) for chains, whose
 //! requests own their buffers, and the engine's `poll_queue` with the
@@ -30,8 +31,8 @@
 
 use verbs::error::Site;
 use verbs::{
-    site, ArenaBuf, CompletionRef, Error, ErrorKind, HostBuf, Local, MemoryRegion, PreparedSend,
-    Queue, QueuePair, SendOp, SendRequest, WcStatus,
+    site, ArenaBuf, CompletionRef, Error, ErrorKind, HostBuf, Local, MemoryRegion, Queue,
+    QueuePair, SendOp, SendRequest, WcStatus,
 };
 
 use super::clock::ticks;
@@ -257,19 +258,6 @@ fn wait_sent(lane: &mut Lane, n: u64, p: &Params) -> Result<(), Error> {
     Ok(())
 }
 
-/// Polls until the lane has received `n` messages.
-#[inline(always)]
-fn wait_received(lane: &mut Lane, n: u64, p: &Params) -> Result<(), Error> {
-    let mut spin = Spin::new();
-    let mut total = 0;
-    while lane.received < n {
-        if reap_received(lane, &mut total)? == 0 {
-            spin.idle(p, stalled!("wait for the peer's send"))?;
-        }
-    }
-    Ok(())
-}
-
 /// Spins until byte `at` of `inbox` reads `want` (the peer's RDMA Write).
 #[inline]
 fn wait_byte(inbox: &MemoryRegion, at: usize, want: u8, p: &Params) -> Result<(), Error> {
@@ -302,9 +290,31 @@ fn ping_pong(side: &mut Side, p: &Params) -> Result<(), Error> {
     }
 }
 
-/// The `write_lat` ping-pong. Not inlined into `run`, nor is the
-/// `send_lat` one: alone in its function, a loop keeps more of its state
-/// in registers.
+/// What a ping-pong's lane completed so far.
+#[derive(Default)]
+struct Done {
+    sent: u64,
+    received: u64,
+}
+
+/// Polls `queue` of the ping-pong's lane once, counting what completed.
+#[inline(always)]
+fn poll_lane(
+    fast: &mut verbs::Lane<'_, ArenaBuf>,
+    queue: Queue,
+    done: &mut Done,
+) -> Result<bool, Error> {
+    // Nothing but the lane's two requests is ever in flight on a perf
+    // queue pair's engine: nothing else can come back.
+    let got = fast.poll(queue, |_| {})?;
+    done.sent += u64::from(got.sent);
+    done.received += u64::from(got.received);
+    Ok(got.sent | got.received != 0)
+}
+
+/// The `write_lat` ping-pong, on a lane of its one prepared Write. Not
+/// inlined into `run`, nor is the `send_lat` one: alone in its function,
+/// a loop keeps more of its state in registers.
 #[inline(never)]
 fn ping_pong_write(
     lane: &mut Lane,
@@ -313,11 +323,13 @@ fn ping_pong_write(
     p: &Params,
 ) -> Result<(), Error> {
     let ping = lane.ping.ok_or_else(no_buffer)?;
+    let mut fast = lane.qp.lane(ping, None)?;
+    let mut done = Done::default();
     // Message k answers message k; the initiator sends one ahead.
     let lead = u64::from(p.initiator);
     let mut stamps = posted.iter_mut();
     if p.initiator && p.iters > 0 {
-        send(lane, stamps.next(), ping, 1, true, p)?;
+        send(&mut fast, &mut done, stamps.next(), 1, true, p)?;
     }
     let last_answer = p.iters.saturating_sub(lead);
     for k in 1..=p.iters {
@@ -325,52 +337,72 @@ fn ping_pong_write(
         // steps to the next value, so the wait is exact.
         wait_byte(inbox, p.size - 1, k as u8, p)?;
         if k <= last_answer {
-            send(lane, stamps.next(), ping, k + lead, true, p)?;
+            send(&mut fast, &mut done, stamps.next(), k + lead, true, p)?;
         }
     }
+    drop(fast);
+    lane.done += done.sent;
     Ok(())
 }
 
-/// The `send_lat` ping-pong. Its one prepared receive, which
-/// `Side::prepare` posted `recv_window` times, is posted again after each
-/// message until `iters` were posted, as perftest reposts its one
-/// receive request.
+/// The `send_lat` ping-pong, on a lane of its prepared send and its one
+/// prepared receive, which `Side::prepare` posted `recv_window` times and
+/// which is posted again after each message until `iters` were posted,
+/// as perftest reposts its one receive request.
 #[inline(never)]
 fn ping_pong_send(lane: &mut Lane, posted: &mut [u64], p: &Params) -> Result<(), Error> {
     let ping = lane.ping.ok_or_else(no_buffer)?;
     let recv = *lane.recvs.first().ok_or_else(no_buffer)?;
+    // rdma_cm's queue pairs have one CQ for both queues.
+    let recv_queue = if lane.recv_cq {
+        Queue::Recv
+    } else {
+        Queue::Send
+    };
+    let mut recv_posted = lane.recv_posted;
+    let mut fast = lane.qp.lane(ping, Some(recv))?;
+    let mut done = Done::default();
     // As in `ping_pong_write`: the initiator sends one ahead.
     let lead = u64::from(p.initiator);
     let mut stamps = posted.iter_mut();
     if p.initiator && p.iters > 0 {
-        send(lane, stamps.next(), ping, 1, false, p)?;
+        send(&mut fast, &mut done, stamps.next(), 1, false, p)?;
     }
     let last_answer = p.iters.saturating_sub(lead);
     for k in 1..=p.iters {
-        wait_received(lane, k, p)?;
-        // `repost`, for one message: the peer sends message k + 1 only
-        // after ours, so a wait never takes two, and one repost per
-        // message keeps `recv_window` posted.
-        if lane.recv_posted < p.iters {
-            lane.qp.post_prepared(recv)?;
-            lane.recv_posted += 1;
+        let mut spin = Spin::new();
+        while done.received < k {
+            if !poll_lane(&mut fast, recv_queue, &mut done)? {
+                spin.idle(p, stalled!("wait for the peer's send"))?;
+            }
+        }
+        // One repost per message: the peer sends message k + 1 only after
+        // ours, so a wait never takes two, and this keeps `recv_window`
+        // posted.
+        if recv_posted < p.iters {
+            fast.post_recv()?;
+            recv_posted += 1;
         }
         if k <= last_answer {
-            send(lane, stamps.next(), ping, k + lead, false, p)?;
+            send(&mut fast, &mut done, stamps.next(), k + lead, false, p)?;
         }
     }
+    drop(fast);
+    lane.recv_posted = recv_posted;
+    lane.received += done.received;
+    lane.done += done.sent;
     Ok(())
 }
 
-/// Sends message `k` of a ping-pong, timestamped into `stamp` (the
-/// table's next entry: an iterator's, with no index to check), and waits
-/// for its completion; with `write`, first stamps `k` into the last byte,
-/// which the peer spins on.
+/// Sends message `k` of a ping-pong on its lane, timestamped into `stamp`
+/// (the table's next entry: an iterator's, with no index to check), and
+/// waits for its completion; with `write`, first stamps `k` into the last
+/// byte, which the peer spins on.
 #[inline(always)]
 fn send(
-    lane: &mut Lane,
+    fast: &mut verbs::Lane<'_, ArenaBuf>,
+    done: &mut Done,
     stamp: Option<&mut u64>,
-    ping: PreparedSend,
     k: u64,
     write: bool,
     p: &Params,
@@ -378,10 +410,16 @@ fn send(
     *stamp.ok_or_else(no_stamp)? = ticks();
     if write {
         // The last byte, which the peer spins on.
-        lane.qp.write_prepared(ping, p.size - 1, &[k as u8])?;
+        fast.write_send(p.size - 1, &[k as u8])?;
     }
-    lane.qp.post_prepared(ping)?;
-    wait_sent(lane, k, p)
+    fast.post_send()?;
+    let mut spin = Spin::new();
+    while done.sent < k {
+        if !poll_lane(fast, Queue::Send, done)? {
+            spin.idle(p, stalled!("wait for a send completion"))?;
+        }
+    }
+    Ok(())
 }
 
 /// `read_lat` and `atomic_lat` (see the module docs).

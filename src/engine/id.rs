@@ -76,6 +76,27 @@ pub(crate) const fn raw(id: u64) -> u64 {
     KIND_RAW << KIND_SHIFT | (id & (RAW_ID_LIMIT - 1))
 }
 
+/// The id of request `seq` of the ring whose ids start at `base`
+/// (`ring(recv, qp, 0)`): `ring(recv, qp, seq)` with the constant part
+/// computed once.
+#[inline(always)]
+pub(crate) const fn ring_at(base: u64, seq: u64) -> u64 {
+    base | (seq & SEQ_MASK)
+}
+
+/// The sequence number `id` carries when it names a request of the ring
+/// whose ids start at `base` (`ring(recv, qp, 0)`): one comparison, for
+/// a caller that knows which ring it expects.
+#[inline(always)]
+pub(crate) const fn seq_in(id: u64, base: u64) -> Option<u64> {
+    let seq = id ^ base;
+    if seq <= SEQ_MASK {
+        Some(seq)
+    } else {
+        None
+    }
+}
+
 /// What `id` names.
 #[inline(always)]
 pub(crate) const fn decode(id: u64) -> WrId {
@@ -123,6 +144,21 @@ mod tests {
         }
         assert_eq!(decode(raw(42)), WrId::Raw(42));
         assert_eq!(decode(raw(RAW_ID_LIMIT - 1)), WrId::Raw(RAW_ID_LIMIT - 1));
+    }
+
+    #[test]
+    fn seq_in_finds_exactly_its_own_ring() {
+        for (recv, qp) in [(false, 0), (true, 0), (false, 7), (true, MAX_QPS - 1)] {
+            let base = ring(recv, qp, 0);
+            for seq in [0, 1, SEQ_MASK] {
+                assert_eq!(ring_at(base, seq), ring(recv, qp, seq));
+                assert_eq!(seq_in(ring(recv, qp, seq), base), Some(seq));
+                assert_eq!(seq_in(ring(!recv, qp, seq), base), None);
+                assert_eq!(seq_in(ring(recv, qp ^ 1, seq), base), None);
+                assert_eq!(seq_in(srq(qp, seq), base), None);
+                assert_eq!(seq_in(raw(seq), base), None);
+            }
+        }
     }
 
     #[test]

@@ -27,22 +27,20 @@ use super::completion::CompletionRef;
 use super::config::Queue;
 use super::core::Engine;
 use super::doorbell::{LaneWrs, Provider, Verbs};
-use super::id::{self, WrId};
+use super::id;
 use super::prepared::rebuilt;
 use super::prepared_table::{gone, PreparedRecv, PreparedSend, IN_LANE, NEVER};
 use super::qp_slot::QpId;
 
-/// What one [`Lane::poll`] took off its completion queue.
+/// What one [`Lane::poll`] completed of the lane's (others go to its
+/// callback). Eight bytes, so a poll's result comes back in registers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LanePoll {
     /// The lane's sends completed.
     pub sent: u32,
-    /// The lane's receives completed.
+    /// The lane's receives completed ([`Lane::received_len`] says how
+    /// many bytes the last one brought).
     pub received: u32,
-    /// Bytes the last of those receives brought.
-    pub received_len: u32,
-    /// Other requests handed to the callback (of other queue pairs).
-    pub other: u32,
 }
 
 /// One queue pair's prepared send and receive, posted again and again with
@@ -53,6 +51,10 @@ pub struct Lane<'e, B: NicBuf, P: Provider = Verbs> {
     qp_num: u32,
     send: u32,
     recv: Option<u32>,
+    /// The ids of the queue pair's rings start here (`id::ring(_, qp, 0)`).
+    send_ids: u64,
+    recv_ids: u64,
+    received_len: u32,
     wrs: LaneWrs,
 }
 
@@ -154,6 +156,9 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             qp_num,
             send: send.index,
             recv: recv.map(|r| r.index),
+            send_ids: id::ring(false, qp, 0),
+            recv_ids: id::ring(true, qp, 0),
+            received_len: 0,
             wrs,
         })
     }
@@ -187,7 +192,7 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
         let qp = slot.qp.as_ref().ok_or_else(gone)?;
         let seq = slot.send.next_seq();
         self.wrs
-            .post_send(&mut e.prov, qp, self.qp, seq)
+            .post_send(&mut e.prov, qp, id::ring_at(self.send_ids, seq))
             .map_err(post_hint)?;
         slot.send.push_filled();
         slot.unsignaled_run = 0;
@@ -207,7 +212,8 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
         }
         let qp = slot.qp.as_ref().ok_or_else(gone)?;
         let seq = slot.recv.next_seq();
-        self.wrs.post_recv(&mut e.prov, qp, self.qp, seq)?;
+        self.wrs
+            .post_recv(&mut e.prov, qp, id::ring_at(self.recv_ids, seq))?;
         slot.recv.push_filled();
         Ok(())
     }
@@ -235,18 +241,14 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
             return Ok(LanePoll::default());
         };
         if wc.qp_num == self.qp_num && wc.status == WcStatus::SUCCESS {
-            if let WrId::Ring { recv, qp, seq } = id::decode(wc.wr_id) {
-                if qp == self.qp && (!recv || self.recv.is_some()) {
-                    let slot = &mut e.qps[qp as usize];
-                    let mut done = LanePoll::default();
-                    if recv {
-                        done.received = slot.recv.retire_filled(seq) as u32;
-                        done.received_len = wc.byte_len;
-                    } else {
-                        done.sent = slot.send.retire_filled(seq) as u32;
-                    }
-                    return Ok(done);
-                }
+            if let Some(seq) = id::seq_in(wc.wr_id, self.send_ids) {
+                let sent = e.qps[self.qp as usize].send.retire_filled(seq) as u32;
+                return Ok(LanePoll { sent, received: 0 });
+            }
+            if let (Some(seq), Some(_)) = (id::seq_in(wc.wr_id, self.recv_ids), self.recv) {
+                let received = e.qps[self.qp as usize].recv.retire_filled(seq) as u32;
+                self.received_len = wc.byte_len;
+                return Ok(LanePoll { sent: 0, received });
             }
         }
         self.route(polled, &mut on_other)
@@ -263,11 +265,9 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
     ) -> Result<LanePoll, Error> {
         let (qp, lane_recv) = (self.qp, self.recv.is_some());
         let mut failed = None;
-        let mut other = 0;
         self.engine.route(polled, &mut |c| {
             let own = c.qp().is_some_and(|q| q.index == qp) && (lane_recv || !c.is_recv());
             if !own {
-                other += 1;
                 on_other(c);
             } else if failed.is_none() {
                 failed = c.result().err();
@@ -275,11 +275,14 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
         });
         match failed {
             Some(e) => Err(e),
-            None => Ok(LanePoll {
-                other,
-                ..LanePoll::default()
-            }),
+            None => Ok(LanePoll::default()),
         }
+    }
+
+    /// Bytes the lane's last completed receive brought.
+    #[inline]
+    pub fn received_len(&self) -> u32 {
+        self.received_len
     }
 
     /// The first buffer of the lane's send (`recv` false) or receive,

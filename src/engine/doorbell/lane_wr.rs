@@ -27,17 +27,16 @@ impl LaneWrs {
         }
     }
 
-    /// Posts the send as request `seq` of queue pair `qp_index`; the caller
-    /// records it in the ring (`Ring::push_filled`).
+    /// Posts the send with id `id` (`id::ring(false, qp, seq)`); the
+    /// caller records it in the ring (`Ring::push_filled`).
     #[inline(always)]
     pub(crate) fn post_send<P: Provider>(
         &mut self,
         prov: &mut P,
         qp: &P::Qp,
-        qp_index: u32,
-        seq: u64,
+        id: u64,
     ) -> Result<(), Error> {
-        self.send.wr_id = crate::engine::id::ring(false, qp_index, seq);
+        self.send.wr_id = id;
         // SAFETY: the copy points at its entry's scatter/gather block (on
         // the heap, stable while the entry lives), built from the buffers
         // the entry owns. The lane that owns this copy borrows the engine
@@ -49,7 +48,7 @@ impl LaneWrs {
         unsafe { prov.post_send(qp, core::slice::from_mut(&mut self.send)) }.map_err(|f| f.error)
     }
 
-    /// Posts the receive as request `seq` of queue pair `qp_index`; the
+    /// Posts the receive with id `id` (`id::ring(true, qp, seq)`); the
     /// caller made sure the lane has one and records the post as
     /// `post_send` says.
     #[inline(always)]
@@ -57,10 +56,9 @@ impl LaneWrs {
         &mut self,
         prov: &mut P,
         qp: &P::Qp,
-        qp_index: u32,
-        seq: u64,
+        id: u64,
     ) -> Result<(), Error> {
-        self.recv.wr_id = crate::engine::id::ring(true, qp_index, seq);
+        self.recv.wr_id = id;
         // SAFETY: as in `post_send`, for the receive's entry.
         unsafe { prov.post_recv(qp, core::slice::from_mut(&mut self.recv)) }.map_err(|f| f.error)
     }
