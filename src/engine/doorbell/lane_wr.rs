@@ -4,7 +4,8 @@
 use crate::error::Error;
 use crate::sys::{self, ibv_send_flags as F, Zeroed};
 
-use super::{PreparedWr, Provider};
+use super::prepared_wr::PreparedWr;
+use super::provider::Provider;
 
 /// The copies a lane posts. They point at the prepared entries' own
 /// scatter/gather blocks, which stay put while the lane lives: the lane
