@@ -335,8 +335,10 @@ impl<B> core::fmt::Debug for QueuePair<B> {
     }
 }
 
-/// The queue pair's own id always names a live slot of its own engine.
+/// The queue pair's own id names a live slot of its own engine unless
+/// the caller removed it through `engine_mut` or forgot a lane on it
+/// (which leaks it).
 #[cold]
 fn unreachable_own() -> ! {
-    unreachable!("a QueuePair's id names its own engine's live queue pair")
+    panic!("this QueuePair's queue pair is gone: removed through engine_mut(), or leaked with a forgotten Lane")
 }

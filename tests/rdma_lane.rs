@@ -250,18 +250,18 @@ fn a_failed_completion_is_the_lanes_error_and_stops_its_queue_pair() {
         .expect("idle: its post came back failed");
 }
 
-/// Dropped or forgotten (`mem::forget` skips its `Drop`), a lane leaves its
-/// posts' buffers out of reach until the engine's own poll hands the
-/// posts back, each as a post of its prepared request.
+/// Dropped, a lane leaves its posts in flight to the engine: their
+/// buffers stay out of reach until the engine's own poll hands the posts
+/// back, each as a post of its prepared request.
 #[test]
-fn a_dropped_or_forgotten_lane_leaves_its_buffers_out_of_reach_until_polled() {
+fn a_dropped_lane_leaves_its_buffers_out_of_reach_until_polled() {
     let (pd, mut a, mut b) = support::pd_and_pair::<MemoryRegion>(
-        "a_dropped_or_forgotten_lane_leaves_its_buffers_out_of_reach_until_polled",
+        "a_dropped_lane_leaves_its_buffers_out_of_reach_until_polled",
     );
     let send = prepared_send(&mut a, &pd, SendOp::Send, 7);
     let recv = prepared_recv(&mut a, &pd, 8);
     let reply = prepared_send(&mut b, &pd, SendOp::Send, 9);
-    for forget in [false, true] {
+    for round in 0..2 {
         let mut lane = a.lane(send, Some(recv)).unwrap();
         lane.post_recv().unwrap();
         lane.post_recv().unwrap();
@@ -271,11 +271,8 @@ fn a_dropped_or_forgotten_lane_leaves_its_buffers_out_of_reach_until_polled() {
         .map_err(|e| e.error)
         .unwrap();
         lane.post_send().unwrap();
-        if forget {
-            std::mem::forget(lane);
-        } else {
-            drop(lane);
-        }
+        drop(lane);
+        assert_eq!(a.in_flight(), (1, 2));
         for which in [Prepared::Send(send), Prepared::Recv(recv)] {
             let busy = match which {
                 Prepared::Send(s) => a.prepared_buf(s).err(),
@@ -314,7 +311,7 @@ fn a_dropped_or_forgotten_lane_leaves_its_buffers_out_of_reach_until_polled() {
                 (8, Some(Prepared::Recv(recv)), WcStatus::SUCCESS),
                 (8, Some(Prepared::Recv(recv)), WcStatus::SUCCESS),
             ],
-            "forget {forget}"
+            "round {round}"
         );
         while b.in_flight().0 != 0 {
             b.poll(|_| {}).unwrap();
@@ -323,4 +320,60 @@ fn a_dropped_or_forgotten_lane_leaves_its_buffers_out_of_reach_until_polled() {
         a.prepared_buf(send).expect("idle once polled");
         a.prepared_buf(recv).expect("idle once polled");
     }
+}
+
+/// Forgotten (`mem::forget` skips its `Drop`), a lane keeps its queue
+/// pair: the queue pair is leaked, as after a failed destroy, and so are
+/// the buffers of its prepared requests, which are never lent, released
+/// or posted again, whatever the peer does.
+#[test]
+fn a_forgotten_lane_leaks_its_queue_pair_and_its_buffers() {
+    let (pd, mut a, mut b) = support::pd_and_pair::<MemoryRegion>(
+        "a_forgotten_lane_leaks_its_queue_pair_and_its_buffers",
+    );
+    let send = prepared_send(&mut a, &pd, SendOp::Send, 7);
+    let recv = prepared_recv(&mut a, &pd, 8);
+    let mut lane = a.lane(send, Some(recv)).unwrap();
+    lane.post_recv().unwrap();
+    b.post_recv(RecvRequest::new(Local::whole(
+        MemoryRegion::new(&pd, 64).unwrap(),
+    )))
+    .map_err(|e| e.error)
+    .unwrap();
+    lane.post_send().unwrap();
+    std::mem::forget(lane);
+    // The peer's reply lands in the forgotten lane's receive.
+    let reply = prepared_send(&mut b, &pd, SendOp::Send, 9);
+    let deadline = support::deadline();
+    while b.poll(|_| {}).unwrap() == 0 {
+        assert!(!deadline.passed(), "the ping did not arrive");
+    }
+    b.post_prepared(reply).unwrap();
+    while b.in_flight().0 != 0 {
+        b.poll(|_| {}).unwrap();
+        assert!(!deadline.passed());
+    }
+    let engine = a.engine_mut();
+    assert_eq!(
+        engine
+            .poll(|c| panic!("nothing comes back: {c:?}"))
+            .unwrap(),
+        0
+    );
+    assert_eq!(engine.qps().count(), 0, "the queue pair went with the lane");
+    for which in [Prepared::Send(send), Prepared::Recv(recv)] {
+        let refused = match which {
+            Prepared::Send(s) => engine.prepared_buf(s).err(),
+            Prepared::Recv(r) => engine.release_prepared(r).err(),
+        };
+        assert_eq!(
+            refused.map(|e| e.kind()),
+            Some(ErrorKind::BadState),
+            "{which:?}"
+        );
+    }
+    assert!(engine.post_prepared(send).is_err());
+    assert!(engine.lane(send, Some(recv)).is_err());
+    // Dropping the engine leaks what the queue pair may still use.
+    drop(a);
 }

@@ -311,6 +311,8 @@ impl<B, P: Provider> Drop for Engine<B, P> {
         // before its buffers are dropped; a failure leaks them.
         let mut leaked = false;
         for index in 0..self.qps.len() {
+            // A lane forgotten with its queue pair: leaked, never destroyed.
+            leaked |= self.qps[index].lane_out;
             let Some(handle) = self.qps[index].qp.take() else {
                 continue;
             };

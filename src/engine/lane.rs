@@ -6,14 +6,16 @@
 //! A lane borrows its engine (`&mut`) for its life, so only the lane posts
 //! meanwhile, and only its two requests: every request in its queue pair's
 //! rings is a post of one of them. Starting the lane writes what those
-//! posts would record into every ring slot and marks both entries busy
-//! while their ring holds anything (`IN_LANE`), so a post only counts (the
-//! ring's tail), and a completion of its own is recognised by its queue
-//! pair number and id before the general router, and only counts too (the
-//! ring's head). Nothing the lane leaves needs its `Drop`: dropped or
-//! forgotten, the rings and entries say what the device holds, and
+//! posts would record into every ring slot, marks both entries busy while
+//! their ring holds anything (`IN_LANE`), and moves the queue pair's slot
+//! out of the engine into the lane; so a post only counts (the ring's
+//! tail), and a completion of its own is recognised by its queue pair
+//! number and id before the general router, and only counts too (the
+//! ring's head). Dropped, the lane puts the slot back, and
 //! [`Engine::poll`] hands back what is still in flight as posts of the
-//! prepared requests.
+//! prepared requests. Forgotten, it keeps the slot, and with it the queue
+//! pair: leaked, as after a failed destroy, with every buffer it may use
+//! (the placeholder in the engine says so: `QpSlot::lent_to_lane`).
 
 use core::mem::MaybeUninit;
 
@@ -30,7 +32,7 @@ use super::doorbell::{LaneWrs, Provider, Verbs};
 use super::id;
 use super::prepared::rebuilt;
 use super::prepared_table::{gone, PreparedRecv, PreparedSend, IN_LANE, NEVER};
-use super::qp_slot::QpId;
+use super::qp_slot::{QpId, QpSlot};
 
 /// What one [`Lane::poll`] completed of the lane's (others go to its
 /// callback). Eight bytes, so a poll's result comes back in registers.
@@ -47,6 +49,11 @@ pub struct LanePoll {
 /// the checks done once: see [`Engine::lane`].
 pub struct Lane<'e, B: NicBuf, P: Provider = Verbs> {
     engine: &'e mut Engine<B, P>,
+    /// The queue pair's slot, moved out of the engine for the lane's life
+    /// (so the data path reaches it without an index), a placeholder in
+    /// its place (`QpSlot::lent_to_lane`). Back in the engine while the
+    /// router runs, and when the lane is dropped.
+    slot: QpSlot<B, P::Qp>,
     qp: u32,
     qp_num: u32,
     send: u32,
@@ -92,7 +99,9 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// lane's sends are signaled. Refused when anything in flight on the
     /// queue pair is not a signaled post of these two requests (the
     /// receive side counts only with `recv`). Setup time: writes every
-    /// slot of the queue pair's rings.
+    /// slot of the queue pair's rings. The lane holds the queue pair while
+    /// it lives; `mem::forget` on it leaks the queue pair and the buffers
+    /// of its prepared requests.
     pub fn lane(
         &mut self,
         send: PreparedSend,
@@ -150,8 +159,10 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             None => None,
         };
         let wrs = LaneWrs::new(send_wr, recv_wr);
+        let slot = core::mem::replace(&mut self.qps[qp as usize], QpSlot::lent_to_lane());
         Ok(Lane {
             engine: self,
+            slot,
             qp,
             qp_num,
             send: send.index,
@@ -170,7 +181,7 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
         QpId {
             engine: self.engine.id,
             index: self.qp,
-            generation: self.engine.qps[self.qp as usize].generation,
+            generation: self.slot.generation,
         }
     }
 
@@ -184,15 +195,14 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
     /// Posts the lane's send (signaled).
     #[inline(always)]
     pub fn post_send(&mut self) -> Result<(), Error> {
-        let e = &mut *self.engine;
-        let slot = &mut e.qps[self.qp as usize];
+        let slot = &mut self.slot;
         if slot.send.len() >= slot.send_room {
             return Err(cannot_send_on(slot));
         }
         let qp = slot.qp.as_ref().ok_or_else(gone)?;
         let seq = slot.send.next_seq();
         self.wrs
-            .post_send(&mut e.prov, qp, id::ring_at(self.send_ids, seq))
+            .post_send(&mut self.engine.prov, qp, id::ring_at(self.send_ids, seq))
             .map_err(post_hint)?;
         slot.send.push_filled();
         slot.unsignaled_run = 0;
@@ -205,15 +215,14 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
         if self.recv.is_none() {
             return Err(no_recv());
         }
-        let e = &mut *self.engine;
-        let slot = &mut e.qps[self.qp as usize];
+        let slot = &mut self.slot;
         if slot.recv.len() >= slot.recv_room {
             return Err(cannot_recv(slot.state, slot.has_srq));
         }
         let qp = slot.qp.as_ref().ok_or_else(gone)?;
         let seq = slot.recv.next_seq();
         self.wrs
-            .post_recv(&mut e.prov, qp, id::ring_at(self.recv_ids, seq))?;
+            .post_recv(&mut self.engine.prov, qp, id::ring_at(self.recv_ids, seq))?;
         slot.recv.push_filled();
         Ok(())
     }
@@ -242,11 +251,11 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
         };
         if wc.qp_num == self.qp_num && wc.status == WcStatus::SUCCESS {
             if let Some(seq) = id::seq_in(wc.wr_id, self.send_ids) {
-                let sent = e.qps[self.qp as usize].send.retire_filled(seq) as u32;
+                let sent = self.slot.send.retire_filled(seq) as u32;
                 return Ok(LanePoll { sent, received: 0 });
             }
             if let (Some(seq), Some(_)) = (id::seq_in(wc.wr_id, self.recv_ids), self.recv) {
-                let received = e.qps[self.qp as usize].recv.retire_filled(seq) as u32;
+                let received = self.slot.recv.retire_filled(seq) as u32;
                 self.received_len = wc.byte_len;
                 return Ok(LanePoll { sent: 0, received });
             }
@@ -265,7 +274,8 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
     ) -> Result<LanePoll, Error> {
         let (qp, lane_recv) = (self.qp, self.recv.is_some());
         let mut failed = None;
-        self.engine.route(polled, &mut |c| {
+        let back = SlotBack::new(self);
+        back.lane.engine.route(polled, &mut |c| {
             let own = c.qp().is_some_and(|q| q.index == qp) && (lane_recv || !c.is_recv());
             if !own {
                 on_other(c);
@@ -273,6 +283,7 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
                 failed = c.result().err();
             }
         });
+        drop(back);
         match failed {
             Some(e) => Err(e),
             None => Ok(LanePoll::default()),
@@ -289,7 +300,7 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
     /// refused while its queue holds anything in flight.
     pub(super) fn idle_buf(&mut self, recv: bool) -> Result<&mut B, Error> {
         let e = &mut *self.engine;
-        let slot = &e.qps[self.qp as usize];
+        let slot = &self.slot;
         let (ring, entry) = if recv {
             let index = self.recv.ok_or_else(no_recv)?;
             (&slot.recv, &mut e.prepared.recvs[index as usize])
@@ -325,11 +336,14 @@ impl<B: HostBuf, P: Provider> Lane<'_, B, P> {
 }
 
 impl<B: NicBuf, P: Provider> Drop for Lane<'_, B, P> {
-    /// Records each entry's latest post precisely again (the lane's
-    /// `IN_LANE` is safe but keeps an entry busy while anything else is
-    /// in its queue). Forgotten instead, nothing is unsound.
+    /// Puts the queue pair's slot back, and records each entry's latest
+    /// post precisely again (the lane's `IN_LANE` is safe but keeps an
+    /// entry busy while anything else is in its queue). Forgotten instead,
+    /// the queue pair is leaked with its slot, as after a failed destroy:
+    /// the placeholder makes the engine leak its prepared requests too.
     fn drop(&mut self) {
         let e = &mut *self.engine;
+        core::mem::swap(&mut self.slot, &mut e.qps[self.qp as usize]);
         let slot = &e.qps[self.qp as usize];
         let latest = |ring: &super::ring::Ring<B>| match ring.len() {
             0 => NEVER,
@@ -339,5 +353,26 @@ impl<B: NicBuf, P: Provider> Drop for Lane<'_, B, P> {
         if let Some(r) = self.recv {
             e.prepared.recvs[r as usize].last_post = latest(&slot.recv);
         }
+    }
+}
+
+/// The lane's slot put back into its engine while the router runs (it may
+/// route the lane's own failed completions), and taken out again when
+/// this is dropped, even if the caller's callback panics.
+struct SlotBack<'l, 'e, B: NicBuf, P: Provider> {
+    lane: &'l mut Lane<'e, B, P>,
+}
+
+impl<'l, 'e, B: NicBuf, P: Provider> SlotBack<'l, 'e, B, P> {
+    fn new(lane: &'l mut Lane<'e, B, P>) -> Self {
+        core::mem::swap(&mut lane.slot, &mut lane.engine.qps[lane.qp as usize]);
+        SlotBack { lane }
+    }
+}
+
+impl<B: NicBuf, P: Provider> Drop for SlotBack<'_, '_, B, P> {
+    fn drop(&mut self) {
+        let lane = &mut *self.lane;
+        core::mem::swap(&mut lane.slot, &mut lane.engine.qps[lane.qp as usize]);
     }
 }

@@ -198,11 +198,14 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         let entry = self.prepared.entry(H::RECV, index, key)?;
         let slot = &self.qps[entry.qp as usize];
         let ring = if H::RECV { &slot.recv } else { &slot.send };
-        let in_flight = match entry.last_post {
-            NEVER => false,
-            IN_LANE => ring.len() != 0,
-            seq => ring.contains(seq),
-        };
+        // A lane holds the queue pair's slot: only while the lane is
+        // forgotten can anyone get here, and then the queue pair is leaked.
+        let in_flight = slot.lane_out
+            || match entry.last_post {
+                NEVER => false,
+                IN_LANE => ring.len() != 0,
+                seq => ring.contains(seq),
+            };
         if in_flight {
             return Err(busy(call));
         }

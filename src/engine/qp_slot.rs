@@ -86,6 +86,10 @@ pub(crate) struct QpSlot<B, Q> {
     /// Unsignaled sends since the last signaled one.
     pub(crate) unsignaled_run: u64,
     pub(crate) has_srq: bool,
+    /// A placeholder for a slot a lane holds (`lane.rs`): if the engine
+    /// still finds it when dropped, the lane was forgotten with the queue
+    /// pair, which is then leaked, and so must its prepared requests be.
+    pub(crate) lane_out: bool,
     /// What the device granted (scatter/gather entries, inline data).
     pub(crate) caps: sys::ibv_qp_cap,
     pub(crate) info: QpInfo,
@@ -116,6 +120,7 @@ impl<B, Q> QpSlot<B, Q> {
             recv_room: 0,
             unsignaled_run: 0,
             has_srq,
+            lane_out: false,
             caps,
             info,
         }
@@ -135,8 +140,19 @@ impl<B, Q> QpSlot<B, Q> {
             recv_room: 0,
             unsignaled_run: 0,
             has_srq: false,
+            lane_out: false,
             caps: sys::ibv_qp_cap::default(),
             info: QpInfo::default(),
+        }
+    }
+
+    /// What stands in the engine for a slot a lane holds: vacant (no
+    /// completion matches it, no call reaches it), never reused, and
+    /// allocation-free.
+    pub(crate) fn lent_to_lane() -> Self {
+        QpSlot {
+            lane_out: true,
+            ..Self::new_vacant()
         }
     }
 

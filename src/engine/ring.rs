@@ -54,7 +54,12 @@ impl<B> Ring<B> {
     /// old one stopped, so a stale completion of the old one is out of the
     /// new one's window). Allocated once, here: setup time.
     pub(crate) fn new(capacity: u32, start: u64) -> Ring<B> {
-        let len = capacity.max(1).next_power_of_two() as usize;
+        // No slot for no request: a vacant queue pair's rings allocate
+        // nothing (`QpSlot::lent_to_lane`).
+        let len = match capacity {
+            0 => 0,
+            n => n.next_power_of_two() as usize,
+        };
         let mut slots = Vec::with_capacity(len);
         slots.resize_with(len, || Slot {
             tag: 0,
@@ -66,7 +71,7 @@ impl<B> Ring<B> {
         });
         Ring {
             slots: slots.into_boxed_slice(),
-            mask: len as u64 - 1,
+            mask: (len as u64).saturating_sub(1),
             capacity: u64::from(capacity),
             head: start,
             tail: start,

@@ -44,8 +44,9 @@ impl LaneWrs {
         // for its life, so the entry stays and keeps its buffers; the post
         // is recorded in the ring, whose slots name the entry, and the
         // entry counts as busy while its queue's ring holds anything
-        // (`prepared_table::IN_LANE`), so no loan, copy or release
-        // reaches the buffers until the device is done.
+        // (`prepared_table::IN_LANE`) or a forgotten lane keeps the queue
+        // pair (`QpSlot::lane_out`, the queue pair leaked), so no loan,
+        // copy or release reaches the buffers until the device is done.
         unsafe { prov.post_send(qp, core::slice::from_mut(&mut self.send)) }.map_err(|f| f.error)
     }
 

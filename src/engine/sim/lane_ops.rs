@@ -13,7 +13,7 @@ use crate::sys::ibv_wc_status as WcStatus;
 
 use super::alloc_count::{counted, uncounted};
 use super::device::SimBuf;
-use super::model;
+use super::model::{self, Home};
 use super::run::Run;
 
 impl Run {
@@ -97,7 +97,17 @@ impl Run {
             }
         }
         if forget {
+            // The queue pair goes with the lane's slot: leaked, as after a
+            // failed destroy, and so are its buffers.
             core::mem::forget(lane);
+            self.qps.retain(|&(q, _)| q != own);
+            self.removed.push(own);
+            self.leaked.insert(Home::Qp(own.index));
+            if self.engine.srq.is_some() {
+                // It may still receive through the shared queue.
+                self.leaked.insert(Home::Srq);
+            }
+            self.report.leaked += 1;
         } else {
             drop(lane);
         }

@@ -45,7 +45,7 @@ fn sweep(hostile: bool) {
         lanes += r.lanes;
     }
     std::println!(
-        "simulation ({}): {total} operations over {seeds} seeds, {posts} requests posted, {back} buffers handed back, {leaked} queue pairs leaked by failed destroys, {lanes} lanes",
+        "simulation ({}): {total} operations over {seeds} seeds, {posts} requests posted, {back} buffers handed back, {leaked} buffers leaked with their queue pairs (failed destroys, forgotten lanes), {lanes} lanes",
         if hostile { "hostile device" } else { "device within the specification" }
     );
 }
