@@ -15,7 +15,7 @@ use super::check::{
 use super::config::Transport;
 use super::core::Engine;
 use super::doorbell::{self, OwnSend, Provider, SendMeta};
-use super::qp_slot::{signal_decision, QpId};
+use super::qp_slot::{signal_decision, QpId, SignalPlan};
 
 /// A refused post: the error and the request, with its buffers, given back.
 #[derive(Debug)]
@@ -128,28 +128,19 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         if slot.send.len() + count as u64 > slot.send_room {
             return Err(cannot_send_on(slot));
         }
-        let mut run = slot.unsignaled_run;
-        // The run after each request, to restore exactly what was posted.
-        let mut runs = [0u64; super::config::MAX_CHAIN];
+        let asked = |i: usize| reqs[i].as_ref().is_some_and(|r| r.flags.signaled);
+        let plan = SignalPlan::new(slot.unsignaled_run, slot.send.capacity(), count, asked);
         let mut sends: [Option<OwnSend<'_, B>>; super::config::MAX_CHAIN] =
             [const { None }; super::config::MAX_CHAIN];
         for (i, req) in reqs.iter_mut().take(count).enumerate() {
             let Some(req) = req.as_mut() else { break };
             check_send(slot, &req.op, req.sgl.total_len() as u64, req.flags.inline)?;
-            let remaining = (count - 1 - i) as u64;
-            let signaled = signal_decision(
-                &mut run,
-                slot.send.capacity(),
-                req.flags.signaled,
-                remaining,
-            );
-            runs[i] = run;
             let f = req.flags;
             sends[i] = Some(OwnSend {
                 meta: SendMeta {
                     tag: req.tag,
                     opcode: completes_as(&req.op),
-                    signaled,
+                    signaled: plan.signaled[i],
                 },
                 op: &req.op,
                 sgl: &mut req.sgl,
@@ -169,9 +160,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             slot.caps.max_send_sge,
             &mut sends[..count],
         );
-        if posted > 0 {
-            slot.unsignaled_run = runs[posted - 1];
-        }
+        slot.unsignaled_run = plan.run_after(posted, slot.unsignaled_run);
         for req in reqs.iter_mut().take(posted) {
             // Its buffers moved into the ring: what is left is empty.
             drop(req.take());

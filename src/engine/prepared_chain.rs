@@ -14,7 +14,7 @@ use super::core::Engine;
 use super::doorbell::{send_prepared_chain, Provider};
 use super::prepared::rebuilt;
 use super::prepared_table::{gone, PreparedSend};
-use super::qp_slot::signal_decision;
+use super::qp_slot::SignalPlan;
 
 #[cold]
 fn too_long() -> Error {
@@ -57,36 +57,31 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         signal: impl Fn(usize) -> bool,
     ) -> Result<(), Error> {
         let n = chain.len();
-        let Some(head) = chain.first() else {
+        if chain.is_empty() {
             return Ok(());
-        };
+        }
         if n > MAX_CHAIN {
             return Err(too_long());
         }
-        let mut qp_index = None;
-        for h in chain {
+        let mut qp_index = u32::MAX;
+        for (i, h) in chain.iter().enumerate() {
             let entry = match self.prepared.sends.get_mut(h.index as usize) {
                 Some(e) if e.key == h.key => e,
                 other => rebuilt(other, h.key, &self.qps, false)?,
             };
-            if *qp_index.get_or_insert(entry.qp) != entry.qp {
+            if i == 0 {
+                qp_index = entry.qp;
+            } else if entry.qp != qp_index {
                 return Err(mixed());
             }
         }
-        let qp_index = qp_index.unwrap_or(self.prepared.sends[head.index as usize].qp);
         let slot = &mut self.qps[qp_index as usize];
         let qp = slot.qp.as_ref().ok_or_else(gone)?;
         if slot.send.len() + n as u64 > slot.send_room {
             return Err(cannot_send(slot.state));
         }
-        let mut run = slot.unsignaled_run;
-        let mut signaled = [false; MAX_CHAIN];
-        let mut runs = [0u64; MAX_CHAIN];
-        for i in 0..n {
-            let remaining = (n - 1 - i) as u64;
-            signaled[i] = signal_decision(&mut run, slot.send.capacity(), signal(i), remaining);
-            runs[i] = run;
-        }
+        let plan = SignalPlan::new(slot.unsignaled_run, slot.send.capacity(), n, signal);
+        let signaled = plan.signaled;
         let first = slot.send.next_seq();
         let sends = &self.prepared.sends;
         let wrs = chain
@@ -101,9 +96,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             s.prepared = h.index;
             s.generation = h.key as u32;
         }
-        if posted > 0 {
-            slot.unsignaled_run = runs[posted - 1];
-        }
+        slot.unsignaled_run = plan.run_after(posted, slot.unsignaled_run);
         match result {
             Ok(()) => Ok(()),
             Err(e) if posted > 0 => Err(partial(e)),

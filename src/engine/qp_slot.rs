@@ -5,7 +5,7 @@
 use crate::device::{GidEntry, PortAttr};
 use crate::sys::{self, Zeroed};
 
-use super::config::{QpConfig, Transport};
+use super::config::{QpConfig, Transport, MAX_CHAIN};
 use super::ring::Ring;
 
 pub use crate::sys::ibv_qp_state as QpState;
@@ -190,5 +190,42 @@ pub(crate) fn signal_decision(run: &mut u64, capacity: u64, asked: bool, remaini
     } else {
         *run += 1;
         false
+    }
+}
+
+/// The signal decisions for a chain of `n` requests (at most `MAX_CHAIN`)
+/// posted after a run of `run` unsignaled ones: request `i` is signaled
+/// when `asked(i)` or when the queue needs it (`signal_decision`).
+pub(crate) struct SignalPlan {
+    pub(crate) signaled: [bool; MAX_CHAIN],
+    /// The run after each request: what the queue pair's count becomes
+    /// when the chain is posted through it.
+    runs: [u64; MAX_CHAIN],
+}
+
+impl SignalPlan {
+    #[inline(always)]
+    pub(crate) fn new(run: u64, capacity: u64, n: usize, asked: impl Fn(usize) -> bool) -> Self {
+        let mut plan = SignalPlan {
+            signaled: [false; MAX_CHAIN],
+            runs: [0; MAX_CHAIN],
+        };
+        let mut run = run;
+        for i in 0..n.min(MAX_CHAIN) {
+            let remaining = (n - 1 - i) as u64;
+            plan.signaled[i] = signal_decision(&mut run, capacity, asked(i), remaining);
+            plan.runs[i] = run;
+        }
+        plan
+    }
+
+    /// The run once the first `posted` requests were posted (`before`
+    /// if none was).
+    #[inline(always)]
+    pub(crate) fn run_after(&self, posted: usize, before: u64) -> u64 {
+        match posted {
+            0 => before,
+            n => self.runs[n - 1],
+        }
     }
 }
