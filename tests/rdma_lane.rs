@@ -124,6 +124,19 @@ fn other_queue_pairs_completions_come_back_with_their_buffers_during_a_lane() {
         .prepare_send(qa[0], SendRequest::new(write(0), lane_src).tag(10))
         .map_err(|e| e.error)
         .unwrap();
+    // A receive of the other queue pair on the same engine: refused.
+    let other_recv = a
+        .prepare_recv(
+            qa[1],
+            RecvRequest::new(Local::whole(MemoryRegion::new(&pd, 64).unwrap())),
+        )
+        .map_err(|e| e.error)
+        .unwrap();
+    assert_eq!(
+        a.lane(ping, Some(other_recv)).err().map(|e| e.kind()),
+        Some(ErrorKind::InvalidArgument),
+        "a send and a receive of two queue pairs"
+    );
     // Queue pair 1's own-buffer Writes, in flight when the lane starts.
     let mut posted = Vec::new();
     for k in 0..4u64 {
@@ -369,4 +382,59 @@ fn a_forgotten_lane_leaks_its_queue_pair_and_its_buffers() {
     assert!(engine.lane(send, Some(recv)).is_err());
     // Dropping the engine leaks what the queue pair may still use.
     drop(a);
+}
+
+/// A callback that panics on another queue pair's completion unwinds out
+/// of the lane's poll; the lane stays whole (its queue pair is back in the
+/// lane, not lost in the engine) and goes on posting and polling.
+#[test]
+fn a_panicking_callback_leaves_the_lane_whole() {
+    let ctx = support::test_context("a_panicking_callback_leaves_the_lane_whole");
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let mut a: Engine<MemoryRegion> = Engine::new(&pd, &Default::default()).unwrap();
+    let mut b: Engine<MemoryRegion> = Engine::new(&pd, &Default::default()).unwrap();
+    let config = support::config();
+    let qa: Vec<QpId> = (0..2).map(|_| a.add_qp(&config).unwrap()).collect();
+    let qb: Vec<QpId> = (0..2).map(|_| b.add_qp(&config).unwrap()).collect();
+    for (&x, &y) in qa.iter().zip(&qb) {
+        let (ex, ey) = (a.endpoint(x).unwrap(), b.endpoint(y).unwrap());
+        a.connect(x, &ey).unwrap();
+        b.connect(y, &ex).unwrap();
+    }
+    let target = support::remote_region(&pd, 4096);
+    let remote = target.remote().unwrap();
+    let write = |at| SendOp::Write(RemoteSlice::new(&remote, at, 64).unwrap());
+    let src = Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, 64).unwrap();
+    let ping = a
+        .prepare_send(qa[0], SendRequest::new(write(0), src))
+        .map_err(|e| e.error)
+        .unwrap();
+    let other = Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, 64).unwrap();
+    a.post_send(qa[1], SendRequest::new(write(64), other).tag(1))
+        .map_err(|e| e.error)
+        .unwrap();
+    let mut lane = a.lane(ping, None).unwrap();
+    let deadline = support::deadline();
+    let mut panicked = false;
+    while !panicked {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            lane.poll(Queue::Send, |_| panic!("the caller's callback panics"))
+        }));
+        panicked = r.is_err();
+        assert!(!deadline.passed(), "queue pair 1's Write did not complete");
+    }
+    assert_eq!(lane.qp(), qa[0]);
+    for _ in 0..10 {
+        lane.post_send().unwrap();
+        poll_until(&mut lane, |p| p.sent == 1);
+    }
+    drop(lane);
+    assert_eq!(a.in_flight(qa[0]).unwrap(), (0, 0));
+    assert_eq!(
+        a.in_flight(qa[1]).unwrap(),
+        (0, 0),
+        "the panic's request was retired"
+    );
+    assert_eq!(a.qps().count(), 2);
+    drop(b);
 }

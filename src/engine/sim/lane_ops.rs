@@ -50,6 +50,8 @@ impl Run {
                         Queue::Recv
                     };
                     let take = rng.chance(500);
+                    // Some callbacks panic: the lane must stay whole.
+                    let panic = rng.chance(50);
                     let on_other = |c: CompletionRef<'_, SimBuf>| {
                         // Moved in: what the callback leaves is dropped
                         // here, in the caller's code, not the engine's.
@@ -63,9 +65,17 @@ impl Run {
                                     model::check_handed_back(b.id, seed, step);
                                 }
                             }
+                            if panic {
+                                std::panic::resume_unwind(alloc::boxed::Box::new(
+                                    "a callback that panics",
+                                ));
+                            }
                         })
                     };
-                    if let Err(e) = counted(|| lane.poll(queue, on_other)) {
+                    let polled = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+                        counted(|| lane.poll(queue, on_other))
+                    }));
+                    if let Ok(Err(e)) = polled {
                         if e.wc_status().is_some() {
                             failed.push(own);
                         }
@@ -85,7 +95,18 @@ impl Run {
                     } else {
                         qps[rng.below(qps.len() as u64) as usize].1
                     };
-                    if !dev.qps[any].destroyed {
+                    if dev.hostile && rng.chance(100) {
+                        // Polled at once, as `forge` requires.
+                        dev.forge();
+                        let _ = lane.poll(Queue::Send, |c| {
+                            uncounted(|| {
+                                let mut c = c;
+                                if let Some(b) = c.take_buf() {
+                                    model::check_handed_back(b.id, seed, step);
+                                }
+                            })
+                        });
+                    } else if !dev.qps[any].destroyed {
                         if rng.chance(30) {
                             dev.fail(any);
                         } else {
