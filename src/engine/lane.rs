@@ -1,7 +1,7 @@
 //! A lane: one queue pair's prepared send (and receive) posted and
 //! completed with everything checked once, when the lane starts, rather
 //! than on every post: the shape of a ping-pong or a request-reply loop,
-//! at the cost of perftest's.
+//! with about a C loop's work per message.
 //!
 //! A lane borrows its engine (`&mut`) for its life, so only the lane posts
 //! meanwhile, and only its two requests: every request in its queue pair's
