@@ -8,19 +8,20 @@
 //! rings is a post of one of them. Starting the lane writes what those
 //! posts would record into every ring slot, marks both entries busy while
 //! their ring holds anything (`IN_LANE`), and moves the queue pair's slot
-//! out of the engine into the lane; so a post only counts (the ring's
-//! tail), and a completion of its own is recognised by its queue pair
-//! number and id before the general router, and only counts too (the
-//! ring's head). Dropped, the lane puts the slot back, and
-//! [`Engine::poll`] hands back what is still in flight as posts of the
-//! prepared requests. Forgotten, it keeps the slot, and with it the queue
-//! pair: leaked, as after a failed destroy, with every buffer it may use
-//! (the placeholder in the engine says so: `QpSlot::lent_to_lane`).
+//! and the two entries' buffers out of the engine into the lane. A post
+//! then only counts (the ring's tail), and a completion of its own is
+//! recognised by its queue pair number and id before the general router,
+//! and only counts too (the ring's head). Dropped, the lane puts all of it
+//! back, and [`Engine::poll`] hands back what is still in flight as posts
+//! of the prepared requests. Forgotten, it keeps the slot, and with it the
+//! queue pair: leaked, as after a failed destroy, with every buffer it may
+//! use (the placeholder in the engine says so: `QpSlot::lent_to_lane`).
 
 use core::mem::MaybeUninit;
 
 use crate::error::Error;
 use crate::memory::{HostBuf, NicBuf};
+use crate::sgl::Sgl;
 use crate::site;
 use crate::sys::{self, ibv_wc_status as WcStatus};
 
@@ -58,6 +59,12 @@ pub struct Lane<'e, B: NicBuf, P: Provider = Verbs> {
     qp_num: u32,
     send: u32,
     recv: Option<u32>,
+    /// The two entries' buffers, moved out of the table for the lane's life
+    /// (their memory stays put: the requests still name it), so a copy in
+    /// or out reaches them without an index. Put back when the lane is
+    /// dropped; forgotten, they are leaked with the queue pair.
+    send_sgl: Sgl<B>,
+    recv_sgl: Sgl<B>,
     /// The ids of the queue pair's rings start here (`id::ring(_, qp, 0)`).
     send_ids: u64,
     recv_ids: u64,
@@ -148,12 +155,15 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         let e = &mut self.prepared.sends[send.index as usize];
         slot.send.fill(e.tag, e.opcode, send.index, send.key as u32);
         e.last_post = IN_LANE;
+        let send_sgl = core::mem::take(&mut e.sgl);
+        let mut recv_sgl = Sgl::empty();
         let send_wr = &self.prepared.sends[send.index as usize].wr;
         let recv_wr = match recv {
             Some(r) => {
                 let e = &mut self.prepared.recvs[r.index as usize];
                 slot.recv.fill(e.tag, e.opcode, r.index, r.key as u32);
                 e.last_post = IN_LANE;
+                recv_sgl = core::mem::take(&mut e.sgl);
                 Some(&self.prepared.recvs[r.index as usize].wr)
             }
             None => None,
@@ -167,6 +177,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             qp_num,
             send: send.index,
             recv: recv.map(|r| r.index),
+            send_sgl,
+            recv_sgl,
             send_ids: id::ring(false, qp, 0),
             recv_ids: id::ring(true, qp, 0),
             received_len: 0,
@@ -298,21 +310,18 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
 
     /// The first buffer of the lane's send (`recv` false) or receive,
     /// refused while its queue holds anything in flight.
+    #[inline(always)]
     pub(super) fn idle_buf(&mut self, recv: bool) -> Result<&mut B, Error> {
-        let e = &mut *self.engine;
-        let slot = &self.slot;
-        let (ring, entry) = if recv {
-            let index = self.recv.ok_or_else(no_recv)?;
-            (&slot.recv, &mut e.prepared.recvs[index as usize])
+        let (ring, sgl) = if recv {
+            self.recv.ok_or_else(no_recv)?;
+            (&self.slot.recv, &mut self.recv_sgl)
         } else {
-            (&slot.send, &mut e.prepared.sends[self.send as usize])
+            (&self.slot.send, &mut self.send_sgl)
         };
         if ring.len() != 0 {
             return Err(busy());
         }
-        entry
-            .sgl
-            .buf_mut(0)
+        sgl.buf_mut(0)
             .ok_or_else(|| refused(site!("lane", "the request has no buffer")))
     }
 }
@@ -336,11 +345,12 @@ impl<B: HostBuf, P: Provider> Lane<'_, B, P> {
 }
 
 impl<B: NicBuf, P: Provider> Drop for Lane<'_, B, P> {
-    /// Puts the queue pair's slot back, and records each entry's latest
-    /// post precisely again (the lane's `IN_LANE` is safe but keeps an
-    /// entry busy while anything else is in its queue). Forgotten instead,
-    /// the queue pair is leaked with its slot, as after a failed destroy:
-    /// the placeholder makes the engine leak its prepared requests too.
+    /// Puts the queue pair's slot and the buffers back, and records each
+    /// entry's latest post precisely again (the lane's `IN_LANE` is safe
+    /// but keeps an entry busy while anything else is in its queue).
+    /// Forgotten instead, the queue pair is leaked with its slot and the
+    /// buffers, as after a failed destroy: the placeholder makes the
+    /// engine leak its prepared requests too.
     fn drop(&mut self) {
         let e = &mut *self.engine;
         core::mem::swap(&mut self.slot, &mut e.qps[self.qp as usize]);
@@ -349,9 +359,13 @@ impl<B: NicBuf, P: Provider> Drop for Lane<'_, B, P> {
             0 => NEVER,
             _ => ring.next_seq() - 1,
         };
-        e.prepared.sends[self.send as usize].last_post = latest(&slot.send);
+        let send = &mut e.prepared.sends[self.send as usize];
+        send.last_post = latest(&slot.send);
+        send.sgl = core::mem::take(&mut self.send_sgl);
         if let Some(r) = self.recv {
-            e.prepared.recvs[r as usize].last_post = latest(&slot.recv);
+            let recv = &mut e.prepared.recvs[r as usize];
+            recv.last_post = latest(&slot.recv);
+            recv.sgl = core::mem::take(&mut self.recv_sgl);
         }
     }
 }
