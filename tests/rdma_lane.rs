@@ -100,14 +100,18 @@ fn a_lane_ping_pong_lands_every_message() {
     a.prepared_buf(sa).expect("the send is idle");
 }
 
-#[test]
-fn other_queue_pairs_completions_come_back_with_their_buffers_during_a_lane() {
-    let ctx = support::test_context(
-        "other_queue_pairs_completions_come_back_with_their_buffers_during_a_lane",
-    );
-    let pd = ProtectionDomain::new(&ctx).unwrap();
-    let mut a: Engine<MemoryRegion> = Engine::new(&pd, &Default::default()).unwrap();
-    let mut b: Engine<MemoryRegion> = Engine::new(&pd, &Default::default()).unwrap();
+/// Two engines of two queue pairs each, pair `i` of one connected to pair
+/// `i` of the other.
+fn two_engines(
+    pd: &ProtectionDomain,
+) -> (
+    Engine<MemoryRegion>,
+    Vec<QpId>,
+    Engine<MemoryRegion>,
+    Vec<QpId>,
+) {
+    let mut a: Engine<MemoryRegion> = Engine::new(pd, &Default::default()).unwrap();
+    let mut b: Engine<MemoryRegion> = Engine::new(pd, &Default::default()).unwrap();
     let config = support::config();
     let qa: Vec<QpId> = (0..2).map(|_| a.add_qp(&config).unwrap()).collect();
     let qb: Vec<QpId> = (0..2).map(|_| b.add_qp(&config).unwrap()).collect();
@@ -116,6 +120,16 @@ fn other_queue_pairs_completions_come_back_with_their_buffers_during_a_lane() {
         a.connect(x, &ey).unwrap();
         b.connect(y, &ex).unwrap();
     }
+    (a, qa, b, qb)
+}
+
+#[test]
+fn other_queue_pairs_completions_come_back_with_their_buffers_during_a_lane() {
+    let ctx = support::test_context(
+        "other_queue_pairs_completions_come_back_with_their_buffers_during_a_lane",
+    );
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let (mut a, qa, b, _qb) = two_engines(&pd);
     let target = support::remote_region(&pd, 4096);
     let remote = target.remote().unwrap();
     let write = |at| SendOp::Write(RemoteSlice::new(&remote, at, 64).unwrap());
@@ -391,16 +405,7 @@ fn a_forgotten_lane_leaks_its_queue_pair_and_its_buffers() {
 fn a_panicking_callback_leaves_the_lane_whole() {
     let ctx = support::test_context("a_panicking_callback_leaves_the_lane_whole");
     let pd = ProtectionDomain::new(&ctx).unwrap();
-    let mut a: Engine<MemoryRegion> = Engine::new(&pd, &Default::default()).unwrap();
-    let mut b: Engine<MemoryRegion> = Engine::new(&pd, &Default::default()).unwrap();
-    let config = support::config();
-    let qa: Vec<QpId> = (0..2).map(|_| a.add_qp(&config).unwrap()).collect();
-    let qb: Vec<QpId> = (0..2).map(|_| b.add_qp(&config).unwrap()).collect();
-    for (&x, &y) in qa.iter().zip(&qb) {
-        let (ex, ey) = (a.endpoint(x).unwrap(), b.endpoint(y).unwrap());
-        a.connect(x, &ey).unwrap();
-        b.connect(y, &ex).unwrap();
-    }
+    let (mut a, qa, b, _qb) = two_engines(&pd);
     let target = support::remote_region(&pd, 4096);
     let remote = target.remote().unwrap();
     let write = |at| SendOp::Write(RemoteSlice::new(&remote, at, 64).unwrap());
