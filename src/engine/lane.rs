@@ -6,8 +6,7 @@
 //! A lane borrows its engine (`&mut`) for its life, so only the lane posts
 //! meanwhile, and only its two requests: every request in its queue pair's
 //! rings is a post of one of them. Starting the lane writes what those
-//! posts would record into every ring slot, marks both entries busy while
-//! their ring holds anything (`IN_LANE`), and moves the queue pair's slot
+//! posts would record into every ring slot and moves the queue pair's slot
 //! and the two entries' buffers out of the engine into the lane. A post
 //! then only counts (the ring's tail), and a completion of its own is
 //! recognised by its queue pair number and id before the general router,
@@ -32,7 +31,7 @@ use super::core::Engine;
 use super::doorbell::{LaneWrs, Provider, Verbs};
 use super::id;
 use super::prepared::rebuilt;
-use super::prepared_table::{gone, PreparedRecv, PreparedSend, IN_LANE, NEVER};
+use super::prepared_table::{gone, PreparedRecv, PreparedSend, NEVER};
 use super::qp_slot::{QpId, QpSlot};
 
 /// What one [`Lane::poll`] completed of the lane's (others go to its
@@ -56,7 +55,6 @@ pub struct Lane<'e, B: NicBuf, P: Provider = Verbs> {
     /// router runs, and when the lane is dropped.
     slot: QpSlot<B, P::Qp>,
     qp: u32,
-    qp_num: u32,
     send: u32,
     recv: Option<u32>,
     /// The two entries' buffers, moved out of the table for the lane's life
@@ -70,11 +68,6 @@ pub struct Lane<'e, B: NicBuf, P: Provider = Verbs> {
     recv_ids: u64,
     received_len: u32,
     wrs: LaneWrs,
-}
-
-#[cold]
-fn refused(site: &'static crate::error::Site) -> Error {
-    Error::invalid(site)
 }
 
 #[cold]
@@ -125,7 +118,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 other => rebuilt(other, r.key, &self.qps, true)?,
             };
             if entry.qp != qp {
-                return Err(refused(site!(
+                return Err(Error::invalid(site!(
                     "lane",
                     "the send and the receive belong to two queue pairs"
                 )));
@@ -137,24 +130,22 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             s.prepared == index && s.generation == key as u32 && s.signaled
         };
         if !slot.send.in_flight().all(|s| ours(s, send.index, send.key)) {
-            return Err(refused(site!(
+            return Err(Error::invalid(site!(
                 "lane",
                 "the queue pair has sends in flight that are not signaled posts of this lane's"
             )));
         }
         if let Some(r) = recv {
             if !slot.recv.in_flight().all(|s| ours(s, r.index, r.key)) {
-                return Err(refused(site!(
+                return Err(Error::invalid(site!(
                     "lane",
                     "the queue pair has receives in flight that are not posts of this lane's"
                 )));
             }
         }
-        let qp_num = slot.qp_num;
         let slot = &mut self.qps[qp as usize];
         let e = &mut self.prepared.sends[send.index as usize];
         slot.send.fill(e.tag, e.opcode, send.index, send.key as u32);
-        e.last_post = IN_LANE;
         let send_sgl = core::mem::take(&mut e.sgl);
         let mut recv_sgl = Sgl::empty();
         let send_wr = &self.prepared.sends[send.index as usize].wr;
@@ -162,7 +153,6 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             Some(r) => {
                 let e = &mut self.prepared.recvs[r.index as usize];
                 slot.recv.fill(e.tag, e.opcode, r.index, r.key as u32);
-                e.last_post = IN_LANE;
                 recv_sgl = core::mem::take(&mut e.sgl);
                 Some(&self.prepared.recvs[r.index as usize].wr)
             }
@@ -174,7 +164,6 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             engine: self,
             slot,
             qp,
-            qp_num,
             send: send.index,
             recv: recv.map(|r| r.index),
             send_sgl,
@@ -261,7 +250,7 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
         let Some(wc) = polled.first() else {
             return Ok(LanePoll::default());
         };
-        if wc.qp_num == self.qp_num && wc.status == WcStatus::SUCCESS {
+        if wc.qp_num == self.slot.qp_num && wc.status == WcStatus::SUCCESS {
             if let Some(seq) = id::seq_in(wc.wr_id, self.send_ids) {
                 let sent = self.slot.send.retire_filled(seq) as u32;
                 return Ok(LanePoll { sent, received: 0 });
@@ -322,7 +311,7 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
             return Err(busy());
         }
         sgl.buf_mut(0)
-            .ok_or_else(|| refused(site!("lane", "the request has no buffer")))
+            .ok_or_else(|| Error::invalid(site!("lane", "the request has no buffer")))
     }
 }
 
@@ -346,9 +335,8 @@ impl<B: HostBuf, P: Provider> Lane<'_, B, P> {
 
 impl<B: NicBuf, P: Provider> Drop for Lane<'_, B, P> {
     /// Puts the queue pair's slot and the buffers back, and records each
-    /// entry's latest post precisely again (the lane's `IN_LANE` is safe
-    /// but keeps an entry busy while anything else is in its queue).
-    /// Forgotten instead, the queue pair is leaked with its slot and the
+    /// entry's latest post (what a loan or release checks). Forgotten
+    /// instead, the queue pair is leaked with its slot and the
     /// buffers, as after a failed destroy: the placeholder makes the
     /// engine leak its prepared requests too.
     fn drop(&mut self) {

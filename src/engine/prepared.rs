@@ -18,7 +18,7 @@ use super::core::Engine;
 use super::doorbell::{send_flags, PreparedWr, Provider};
 use super::post::PostError;
 use super::prepared_table::{
-    gone, Entry, PreparedHandle, PreparedRecv, PreparedSend, IN_LANE, LENT, NEVER, RELEASED,
+    gone, Entry, PreparedHandle, PreparedRecv, PreparedSend, LENT, NEVER, RELEASED,
 };
 use super::qp_slot::QpId;
 
@@ -203,7 +203,6 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         let in_flight = slot.lane_out
             || match entry.last_post {
                 NEVER => false,
-                IN_LANE => ring.len() != 0,
                 seq => ring.contains(seq),
             };
         if in_flight {

@@ -20,10 +20,6 @@ pub(super) const RELEASED: u64 = 1 << 32;
 pub(super) const LENT: u64 = 1 << 33;
 /// `Entry::last_post` of a request never posted: no ring holds it.
 pub(super) const NEVER: u64 = u64::MAX;
-/// `Entry::last_post` of a request a lane posts (`lane.rs`), which records
-/// no sequence number per post: every request in its queue's ring may be
-/// a post of it, so it is busy while that ring holds anything.
-pub(super) const IN_LANE: u64 = u64::MAX - 1;
 
 /// A send a queue pair keeps for posting again: valid on its engine until
 /// released (or its queue pair removed).

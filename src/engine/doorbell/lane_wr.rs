@@ -42,11 +42,13 @@ impl LaneWrs {
         // the heap, stable while the entry lives), built from the buffers
         // the entry owns. The lane that owns this copy borrows the engine
         // for its life, so the entry stays and keeps its buffers; the post
-        // is recorded in the ring, whose slots name the entry, and the
-        // entry counts as busy while its queue's ring holds anything
-        // (`prepared_table::IN_LANE`) or a forgotten lane keeps the queue
-        // pair (`QpSlot::lane_out`, the queue pair leaked), so no loan,
-        // copy or release reaches the buffers until the device is done.
+        // is recorded in the ring, whose slots name the entry. The lane
+        // holds the entry's buffers and lends them only while their ring
+        // is empty; dropped, it gives them back with the entry's latest
+        // post recorded; forgotten, it keeps them, and the entry counts
+        // as busy for good (`QpSlot::lane_out`, the queue pair leaked), so
+        // no loan, copy or release reaches the buffers until the device
+        // is done.
         unsafe { prov.post_send(qp, core::slice::from_mut(&mut self.send)) }.map_err(|f| f.error)
     }
 

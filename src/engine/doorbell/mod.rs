@@ -16,8 +16,8 @@
 //!   loans, copies and release while its latest post is in flight
 //!   (`prepared.rs`, `PreparedTable::idle`); a lane's copies of its
 //!   entries' requests ([`LaneWrs`]) live no longer than the lane's borrow
-//!   of the engine, and while it lasts the entries count as busy whenever
-//!   their queue holds anything;
+//!   of the engine, which holds the entries' buffers meanwhile (and keeps
+//!   them, leaked, if the lane is forgotten);
 //! - a shared-receive-queue receive's buffers are in its slot until its
 //!   completion or the queue's successful destroy (`srq.rs`);
 //! - a window bind names a window and a region its [`ExposedBuf`] keeps
