@@ -28,7 +28,8 @@ pub(crate) enum Origin<'a, B> {
 pub struct CompletionRef<'a, B> {
     pub(crate) wc: &'a sys::ibv_wc,
     pub(crate) origin: Origin<'a, B>,
-    /// False for an unsignaled request completed by a later entry.
+    /// False for an unsignaled request completed by a later entry; true
+    /// for every request a reset hands back as flushed.
     pub(crate) own_entry: bool,
     pub(crate) is_recv: bool,
     pub(crate) qp: Option<QpId>,
@@ -133,13 +134,11 @@ impl<B> CompletionRef<'_, B> {
         grh_offset(self.qp.is_some_and(|q| q.is_ud()), self.wc_flags())
     }
 
-    /// False for an unsignaled request (no completion entry of its own).
+    /// False for an unsignaled request (completed by a later request's
+    /// entry, with no entry of its own).
     #[inline]
     pub fn signaled(&self) -> bool {
-        match &self.origin {
-            Origin::Ring(slot) => slot.signaled,
-            _ => true,
-        }
+        self.own_entry
     }
 
     /// The provider's vendor error code.

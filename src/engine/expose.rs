@@ -73,7 +73,7 @@ impl<B: NicBuf> Engine<B, Verbs> {
         // From the post on, the window keeps the buffer until deallocated.
         mw.keep(buf);
         slot.unsignaled_run = 0;
-        slot.send.push(tag, WcOpcode::BIND_MW, true);
+        slot.send.push(tag, WcOpcode::BIND_MW);
         Ok(ExposedBuf::window(mw, rkey))
     }
 }

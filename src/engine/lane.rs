@@ -95,10 +95,10 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// Starts a lane on the queue pair of `send`: the prepared send, and
     /// `recv` if given (of the same queue pair), posted with
     /// [`Lane::post_send`] and [`Lane::post_recv`] and completed with
-    /// [`Lane::poll`], every handle and buffer checked here once. The
-    /// lane's sends are signaled. Refused when anything in flight on the
-    /// queue pair is not a signaled post of these two requests (the
-    /// receive side counts only with `recv`). Setup time: writes every
+    /// [`Lane::poll`], every handle and buffer checked here once.
+    /// Refused when anything in flight on the queue pair is not a post of
+    /// these two requests (the receive side counts only with `recv`).
+    /// Setup time: writes every
     /// slot of the queue pair's rings. The lane holds the queue pair while
     /// it lives; `mem::forget` on it leaks the queue pair and the buffers
     /// of its prepared requests.
@@ -127,12 +127,12 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         let slot = &self.qps[qp as usize];
         slot.qp.as_ref().ok_or_else(gone)?;
         let ours = |s: &super::ring::Slot<B>, index: u32, key: u64| {
-            s.prepared == index && s.generation == key as u32 && s.signaled
+            s.prepared == index && s.generation == key as u32
         };
         if !slot.send.in_flight().all(|s| ours(s, send.index, send.key)) {
             return Err(Error::invalid(site!(
                 "lane",
-                "the queue pair has sends in flight that are not signaled posts of this lane's"
+                "the queue pair has sends in flight that are not posts of this lane's"
             )));
         }
         if let Some(r) = recv {

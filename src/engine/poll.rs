@@ -128,10 +128,23 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
 
     /// Hands back what completion `wc` finishes. Idempotent: a second call
     /// with the same entry finds nothing left to hand back.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn retire(
         &mut self,
         wc: &sys::ibv_wc,
+        on_done: &mut impl FnMut(CompletionRef<'_, B>),
+    ) -> usize {
+        self.retire_as(wc, false, on_done)
+    }
+
+    /// [`Engine::retire`]; with `each_own`, every request it finishes
+    /// takes `wc` as its own entry (a reset's flush: none of them is known
+    /// to have run), not only the last.
+    #[inline]
+    fn retire_as(
+        &mut self,
+        wc: &sys::ibv_wc,
+        each_own: bool,
         on_done: &mut impl FnMut(CompletionRef<'_, B>),
     ) -> usize {
         let engine = self.id;
@@ -164,7 +177,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                     on_done(CompletionRef {
                         wc,
                         origin: Origin::Ring(ring.pop_oldest()),
-                        own_entry: count == 0,
+                        own_entry: each_own || count == 0,
                         is_recv: recv,
                         qp: Some(id),
                         prepared: &self.prepared,
@@ -234,7 +247,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             wc.wr_id = id::ring(recv, qp.index, tail.wrapping_sub(1));
             wc.status = WcStatus::WR_FLUSH_ERR;
             wc.qp_num = qp_num;
-            self.retire(&wc, on_done);
+            self.retire_as(&wc, true, on_done);
         }
         Ok(())
     }

@@ -164,7 +164,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             let seq = slot.recv.next_seq();
             super::doorbell::recv_prepared(&mut self.prov, qp, entry.qp, seq, &mut entry.wr)?;
             entry.last_post = seq;
-            let s = slot.recv.push(entry.tag, WcOpcode::RECV, true);
+            let s = slot.recv.push(entry.tag, WcOpcode::RECV);
             s.prepared = index;
             s.generation = key as u32;
             return Ok(());
@@ -182,7 +182,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             .map_err(super::check::post_hint)?;
         entry.last_post = seq;
         slot.unsignaled_run = run;
-        let s = slot.send.push(entry.tag, entry.opcode, signaled);
+        let s = slot.send.push(entry.tag, entry.opcode);
         s.prepared = index;
         s.generation = key as u32;
         Ok(())

@@ -92,7 +92,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         for (i, h) in chain.iter().enumerate().take(posted) {
             let entry = &mut self.prepared.sends[h.index as usize];
             entry.last_post = first + i as u64;
-            let s = slot.send.push(entry.tag, entry.opcode, signaled[i]);
+            let s = slot.send.push(entry.tag, entry.opcode);
             s.prepared = h.index;
             s.generation = h.key as u32;
         }

@@ -25,7 +25,6 @@ pub(crate) struct Slot<B> {
     /// which get no completion entry of their own, and for errors, whose
     /// entry's opcode is undefined).
     pub(crate) opcode: WcOpcode,
-    pub(crate) signaled: bool,
     /// The prepared request this is a post of (its table index), or
     /// `NOT_PREPARED`; its buffers stay in the table.
     pub(crate) prepared: u32,
@@ -64,7 +63,6 @@ impl<B> Ring<B> {
         slots.resize_with(len, || Slot {
             tag: 0,
             opcode: WcOpcode::SEND,
-            signaled: false,
             prepared: NOT_PREPARED,
             generation: 0,
             sgl: Sgl::empty(),
@@ -100,14 +98,13 @@ impl<B> Ring<B> {
     /// flight; the caller moves the request's buffers in (`slot.sgl`). The
     /// caller checked the room (`len() < capacity()`).
     #[inline(always)]
-    pub(crate) fn push(&mut self, tag: u64, opcode: WcOpcode, signaled: bool) -> &mut Slot<B> {
+    pub(crate) fn push(&mut self, tag: u64, opcode: WcOpcode) -> &mut Slot<B> {
         debug_assert!(self.len() < self.capacity);
         let at = (self.tail & self.mask) as usize;
         self.tail += 1;
         let slot = &mut self.slots[at];
         slot.tag = tag;
         slot.opcode = opcode;
-        slot.signaled = signaled;
         slot.prepared = NOT_PREPARED;
         slot
     }
@@ -155,7 +152,7 @@ impl<B> Ring<B> {
         (self.head..self.tail).map(|seq| &self.slots[(seq & self.mask) as usize])
     }
 
-    /// Writes `tag`, `opcode`, `signaled` and the prepared request into
+    /// Writes `tag`, `opcode` and the prepared request into
     /// every slot, as each post of that request would: for a lane, whose
     /// posts then only count (`push_filled`). Every slot must hold no
     /// buffers (the caller checked that what is in flight is posts of
@@ -165,7 +162,6 @@ impl<B> Ring<B> {
             debug_assert!(slot.sgl.len() == 0);
             slot.tag = tag;
             slot.opcode = opcode;
-            slot.signaled = true;
             slot.prepared = prepared;
             slot.generation = generation;
         }

@@ -120,7 +120,7 @@ pub(crate) fn send<B: NicBuf, P: Provider>(
         Err(f) => f.posted.min(n),
     };
     for s in sends.iter_mut().take(posted).flatten() {
-        let slot = ring.push(s.meta.tag, s.meta.opcode, s.meta.signaled);
+        let slot = ring.push(s.meta.tag, s.meta.opcode);
         s.sgl.move_into(&mut slot.sgl);
     }
     (posted, result.map_err(|f| f.error))
@@ -154,7 +154,7 @@ pub(crate) fn send_inline<B, P: Provider>(
     // SAFETY: with IBV_SEND_INLINE the provider copies `data` into the work
     // queue during the call; `data` and `sge` outlive it.
     unsafe { prov.post_send(qp, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
-    ring.push(meta.tag, meta.opcode, meta.signaled);
+    ring.push(meta.tag, meta.opcode);
     Ok(())
 }
 
@@ -180,7 +180,7 @@ pub(crate) fn recv<B: NicBuf, P: Provider>(
     // SAFETY: the entries were built just now from `sgl`, which moves into
     // the ring slot below; a slot is emptied only on its completion.
     unsafe { prov.post_recv(qp, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
-    let slot = ring.push(tag, sys::ibv_wc_opcode::RECV, true);
+    let slot = ring.push(tag, sys::ibv_wc_opcode::RECV);
     sgl.move_into(&mut slot.sgl);
     Ok(())
 }

@@ -63,7 +63,7 @@ pub(crate) fn send_ud<B: NicBuf, P: Provider>(
     // (`ah_table.rs`, checked by `Engine::remove_ah`). The request and its
     // entries live on this frame for the call.
     unsafe { prov.post_send(qp, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
-    let slot = ring.push(meta.tag, meta.opcode, meta.signaled);
+    let slot = ring.push(meta.tag, meta.opcode);
     sgl.move_into(&mut slot.sgl);
     Ok(())
 }

@@ -29,6 +29,8 @@ mod plan;
 mod polling;
 mod prepared_ops;
 mod provider;
+#[cfg(test)]
+mod reset_flush;
 mod rng;
 mod run;
 mod stub;
