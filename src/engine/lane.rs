@@ -32,7 +32,7 @@ use super::doorbell::{LaneWrs, Provider, Verbs};
 use super::id;
 use super::prepared::rebuilt;
 use super::prepared_table::{gone, PreparedRecv, PreparedSend, NEVER};
-use super::qp_slot::{QpId, QpSlot};
+use super::qp_slot::{signal_decision, QpId, QpSlot};
 
 /// What one [`Lane::poll`] completed of the lane's (others go to its
 /// callback). Eight bytes, so a poll's result comes back in registers.
@@ -193,20 +193,43 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
         &mut self.engine.prov
     }
 
-    /// Posts the lane's send (signaled).
+    /// Posts the lane's send, signaled: its completion comes back on its
+    /// own, with the unsignaled ones posted before it.
     #[inline(always)]
     pub fn post_send(&mut self) -> Result<(), Error> {
+        self.post_send_as(true)
+    }
+
+    /// Posts the lane's send unsignaled, for a stream: it completes, and
+    /// is counted in [`LanePoll::sent`], with the next signaled one. Posted
+    /// signaled anyway when the queue needs it (half its depth unsignaled
+    /// in a row), so a full queue always holds a request that completes.
+    /// The buffer stays out of reach until a completion covers the post.
+    #[inline(always)]
+    pub fn post_send_unsignaled(&mut self) -> Result<(), Error> {
+        self.post_send_as(false)
+    }
+
+    #[inline(always)]
+    fn post_send_as(&mut self, asked: bool) -> Result<(), Error> {
         let slot = &mut self.slot;
         if slot.send.len() >= slot.send_room {
             return Err(cannot_send_on(slot));
         }
         let qp = slot.qp.as_ref().ok_or_else(gone)?;
         let seq = slot.send.next_seq();
+        let mut run = slot.unsignaled_run;
+        let signaled = signal_decision(&mut run, slot.send.capacity(), asked, 0);
         self.wrs
-            .post_send(&mut self.engine.prov, qp, id::ring_at(self.send_ids, seq))
+            .post_send(
+                &mut self.engine.prov,
+                qp,
+                id::ring_at(self.send_ids, seq),
+                signaled,
+            )
             .map_err(post_hint)?;
         slot.send.push_filled();
-        slot.unsignaled_run = 0;
+        slot.unsignaled_run = run;
         Ok(())
     }
 

@@ -12,32 +12,36 @@ use super::provider::Provider;
 /// borrows its engine (`&mut`) for its whole life, so no entry can be
 /// released, lent or rebuilt meanwhile.
 pub(crate) struct LaneWrs {
-    send: sys::ibv_send_wr,
+    /// Unsignaled, then signaled: a post picks one rather than writing
+    /// the flags.
+    send: [sys::ibv_send_wr; 2],
     recv: sys::ibv_recv_wr,
 }
 
 impl LaneWrs {
-    /// Copies of `send` (signaled: a lane's sends always are) and of
-    /// `recv`, if any.
+    /// Copies of `send`, unsignaled and signaled, and of `recv`, if any.
     pub(crate) fn new(send: &PreparedWr, recv: Option<&PreparedWr>) -> LaneWrs {
-        let mut s = send.send;
-        s.send_flags = send.flags() | F::SIGNALED;
+        let (mut quiet, mut loud) = (send.send, send.send);
+        quiet.send_flags = send.flags().without(F::SIGNALED);
+        loud.send_flags = send.flags() | F::SIGNALED;
         LaneWrs {
-            send: s,
+            send: [quiet, loud],
             recv: recv.map_or_else(sys::ibv_recv_wr::zeroed, |r| r.recv),
         }
     }
 
-    /// Posts the send with id `id` (`id::ring(false, qp, seq)`); the
-    /// caller records it in the ring (`Ring::push_filled`).
+    /// Posts the send with id `id` (`id::ring(false, qp, seq)`), signaled
+    /// or not; the caller records it in the ring (`Ring::push_filled`).
     #[inline(always)]
     pub(crate) fn post_send<P: Provider>(
         &mut self,
         prov: &mut P,
         qp: &P::Qp,
         id: u64,
+        signaled: bool,
     ) -> Result<(), Error> {
-        self.send.wr_id = id;
+        let wr = &mut self.send[usize::from(signaled)];
+        wr.wr_id = id;
         // SAFETY: the copy points at its entry's scatter/gather block (on
         // the heap, stable while the entry lives), built from the buffers
         // the entry owns. The lane that owns this copy borrows the engine
@@ -49,7 +53,7 @@ impl LaneWrs {
         // as busy for good (`QpSlot::lane_out`, the queue pair leaked), so
         // no loan, copy or release reaches the buffers until the device
         // is done.
-        unsafe { prov.post_send(qp, core::slice::from_mut(&mut self.send)) }.map_err(|f| f.error)
+        unsafe { prov.post_send(qp, core::slice::from_mut(wr)) }.map_err(|f| f.error)
     }
 
     /// Posts the receive with id `id` (`id::ring(true, qp, seq)`); the

@@ -1,6 +1,6 @@
 //! Lanes as callers use them: started on any prepared send (and
 //! receive), refused when something else is in flight on their queue
-//! pair; posted, polled and lent from while the device completes
+//! pair; posted (sends signaled or not), polled and lent from while the device completes
 //! requests of every queue pair (failures too); then dropped or
 //! forgotten. The model checks them like every other post.
 
@@ -38,7 +38,12 @@ impl Run {
         for _ in 0..steps {
             match rng.below(7) {
                 0 | 1 => {
-                    let _ = counted(|| lane.post_send());
+                    // Streams leave most sends unsignaled.
+                    if rng.chance(500) {
+                        let _ = counted(|| lane.post_send_unsignaled());
+                    } else {
+                        let _ = counted(|| lane.post_send());
+                    }
                 }
                 2 => {
                     let _ = counted(|| lane.post_recv());
