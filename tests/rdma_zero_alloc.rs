@@ -34,6 +34,9 @@ mod params;
 #[path = "../examples/perf/side.rs"]
 mod side;
 
+#[path = "../examples/perf/stream.rs"]
+mod stream;
+
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 

@@ -1,9 +1,11 @@
 //! The measured loops of `perf`.
 //!
-//! Everything between the first timestamp and the last runs here, through
-//! the crate's safe data path: a `Lane` for the ping-pongs' prepared send
-//! and receive, `post_prepared` for the other latency tests' one request,
-//! the bandwidth sender's one source and the receives (built once in
+//! Everything between the first timestamp and the last runs here (and in
+//! module `stream`, the bandwidth tests'), through the crate's safe data
+//! path: a `Lane` for the ping-pongs' prepared send and receive and for
+//! the bandwidth sender's one source on one queue pair, `post_prepared`
+//! for the other latency tests' one request, that source on several
+//! queue pairs and the receives (built once in
 //! `Side::prepare` and posted again, as perftest posts its prebuilt
 //! requests; a latency test's one receive is posted `rx_depth` times),
 //! `post_send_chain` (`post_send` for a single request) for chains, whose
@@ -31,13 +33,14 @@
 
 use verbs::error::Site;
 use verbs::{
-    site, ArenaBuf, CompletionRef, Error, ErrorKind, HostBuf, Local, MemoryRegion, Queue,
-    QueuePair, SendOp, SendRequest, WcStatus,
+    site, ArenaBuf, CompletionRef, Error, ErrorKind, HostBuf, MemoryRegion, Queue, QueuePair,
+    SendOp, WcStatus,
 };
 
 use super::clock::ticks;
 use super::params::{Params, Test};
 use super::side::{Lane, Side};
+use super::stream;
 
 /// Most requests in one `post_send_chain` call.
 pub use verbs::MAX_CHAIN;
@@ -52,8 +55,8 @@ pub fn run(side: &mut Side, p: &Params) -> Result<(), Error> {
     match (p.test, p.initiator) {
         (Test::WriteLat | Test::SendLat, _) => ping_pong(side, p),
         (Test::ReadLat | Test::AtomicLat, true) => round_trips(side, p),
-        (Test::WriteBw | Test::ReadBw | Test::SendBw, true) => stream(side, p),
-        (Test::SendBw, false) => drain_receives(side, p),
+        (Test::WriteBw | Test::ReadBw | Test::SendBw, true) => stream::stream(side, p),
+        (Test::SendBw, false) => stream::drain_receives(side, p),
         // The target of one-sided requests: its CPU takes no part.
         _ => Ok(()),
     }
@@ -83,20 +86,20 @@ pub fn warm_up(side: &mut Side, p: &Params) -> Result<(), Error> {
 }
 
 /// Waiting without sleeping, with a limit on how long nothing happens.
-struct Spin {
+pub(crate) struct Spin {
     idle: u32,
     since: u64,
 }
 
 impl Spin {
     #[inline(always)]
-    fn new() -> Spin {
+    pub(crate) fn new() -> Spin {
         Spin { idle: 0, since: 0 }
     }
 
     /// One empty poll.
     #[inline(always)]
-    fn idle(&mut self, p: &Params, what: &'static Site) -> Result<(), Error> {
+    pub(crate) fn idle(&mut self, p: &Params, what: &'static Site) -> Result<(), Error> {
         if p.spin_hint {
             core::hint::spin_loop();
         }
@@ -130,6 +133,8 @@ macro_rules! stalled {
     };
 }
 
+pub(crate) use stalled;
+
 /// Polls the completion queue of `lane`'s receive queue if `RECV`, else
 /// of its send queue, once (the send tests have one for each, as
 /// perftest's do; see [`reap_received`] for queue pairs with one CQ for
@@ -142,7 +147,7 @@ macro_rules! stalled {
 /// callback (and of the engine's poll) has no send-side bookkeeping,
 /// which took send_lat's critical path 26 instructions per message.
 #[inline(always)]
-fn reap<const RECV: bool>(
+pub(crate) fn reap<const RECV: bool>(
     lane: &mut Lane,
     total: &mut u64,
     mut record: Option<&mut Vec<(u64, u64)>>,
@@ -207,7 +212,7 @@ fn poll_queue(
 /// there and polls its one CQ, which [`reap`] sorts by kind; only an
 /// empty poll pays for that test.
 #[inline(always)]
-fn reap_received(lane: &mut Lane, total: &mut u64) -> Result<usize, Error> {
+pub(crate) fn reap_received(lane: &mut Lane, total: &mut u64) -> Result<usize, Error> {
     let n = reap::<true>(lane, total, None)?;
     if n != 0 || lane.recv_cq {
         return Ok(n);
@@ -435,108 +440,8 @@ fn round_trips(side: &mut Side, p: &Params) -> Result<(), Error> {
     Ok(())
 }
 
-/// The bandwidth sender (see the module docs).
-fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
-    let depth = u64::from(side.depth.clamp(1, p.tx_depth.max(1)));
-    let Side { lanes, stamps, .. } = side;
-    let list = u64::from(p.post_list.clamp(1, MAX_CHAIN as u32)).min(depth);
-    // At least one signaled request in any `depth` consecutive ones, or
-    // the window fills with requests that never complete (when buffer
-    // memory cut the depth below the moderation, say).
-    let cq_mod = u64::from(p.cq_mod.max(1)).min(depth);
-    let signaled = |k: u64| (k + 1) % cq_mod == 0 || k + 1 == p.iters;
-    let total = p.iters * lanes.len() as u64;
-    let mut chain: [Option<SendRequest<ArenaBuf>>; MAX_CHAIN] = Default::default();
-    let (mut posted, mut done) = (0u64, 0u64);
-    let mut spin = Spin::new();
-    while done < total {
-        for lane in lanes.iter_mut() {
-            let op = operation(lane, p)?;
-            while lane.posted < p.iters {
-                let n = list.min(p.iters - lane.posted);
-                if lane.posted - lane.done + n > depth {
-                    break;
-                }
-                let at = posted as usize;
-                stamps.posted[at..at + n as usize].fill(ticks());
-                let k = lane.posted;
-                if let Some(source) = lane.ping {
-                    if n > 1 {
-                        // One source buffer behind the whole list, as perftest's.
-                        let list = [source; MAX_CHAIN];
-                        lane.qp
-                            .post_prepared_chain(&list[..n as usize], |j| signaled(k + j as u64))?;
-                    } else if signaled(k) {
-                        lane.qp.post_prepared(source)?;
-                    } else {
-                        lane.qp.post_prepared_unsignaled(source)?;
-                    }
-                } else {
-                    for (j, slot) in chain.iter_mut().enumerate().take(n as usize) {
-                        let buf = lane.sends.pop().ok_or_else(no_buffer)?;
-                        let local = Local::range(buf, 0, p.size).map_err(|(e, _)| e)?;
-                        let req = SendRequest::new(op, local);
-                        *slot = Some(if signaled(k + j as u64) {
-                            req
-                        } else {
-                            req.unsignaled()
-                        });
-                    }
-                    if n == 1 {
-                        let req = chain[0].take().ok_or_else(no_buffer)?;
-                        lane.qp.post_send(req).map_err(|e| e.error)?;
-                    } else {
-                        let sent = lane.qp.post_send_chain(&mut chain[..n as usize])?;
-                        if sent as u64 != n {
-                            return Err(Error::new(
-                                site!("post_send_chain", "fewer requests posted than chained"),
-                                ErrorKind::QueueFull,
-                            ));
-                        }
-                    }
-                }
-                lane.posted += n;
-                posted += n;
-            }
-        }
-        let mut got = 0;
-        for lane in lanes.iter_mut() {
-            got += reap::<false>(lane, &mut done, Some(&mut stamps.completed))?;
-        }
-        if got == 0 {
-            spin.idle(p, stalled!("wait for send completions"))?;
-        } else {
-            spin = Spin::new();
-        }
-    }
-    Ok(())
-}
-
-/// The receiver of `send_bw`: completes every receive and posts it again.
-fn drain_receives(side: &mut Side, p: &Params) -> Result<(), Error> {
-    let mut spin = Spin::new();
-    let mut unused = 0;
-    loop {
-        let mut got = 0;
-        let mut pending = false;
-        for lane in side.lanes.iter_mut() {
-            got += reap_received(lane, &mut unused)?;
-            repost(lane, p)?;
-            pending |= lane.received < p.iters;
-        }
-        if !pending {
-            return Ok(());
-        }
-        if got == 0 {
-            spin.idle(p, stalled!("wait for the peer's sends"))?;
-        } else {
-            spin = Spin::new();
-        }
-    }
-}
-
 #[cold]
-fn no_stamp() -> Error {
+pub(crate) fn no_stamp() -> Error {
     Error::new(
         site!("perf", "timestamp table full (a bug in perf)"),
         ErrorKind::QueueFull,
@@ -544,7 +449,7 @@ fn no_stamp() -> Error {
 }
 
 #[cold]
-fn no_buffer() -> Error {
+pub(crate) fn no_buffer() -> Error {
     Error::new(
         site!("perf", "no free local buffer (a bug in perf)"),
         ErrorKind::QueueFull,

@@ -22,6 +22,7 @@ mod rdma_cm;
 mod remote;
 mod report;
 mod side;
+mod stream;
 
 use std::process::ExitCode;
 use std::time::Duration;
