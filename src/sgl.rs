@@ -3,6 +3,8 @@
 //! buffers", used by sends, receives, prepared requests, the shared receive
 //! queue and completions, and the one place that turns it into `ibv_sge`s.
 
+use core::mem::ManuallyDrop;
+
 use crate::error::Error;
 use crate::memory::NicBuf;
 use crate::site;
@@ -59,8 +61,26 @@ impl<B: NicBuf> From<B> for Local<B> {
 /// Up to [`MAX_SGE`] local buffers, a prefix of the array in use.
 #[derive(Debug)]
 pub(crate) struct Sgl<B> {
-    items: [Option<Local<B>>; MAX_SGE],
+    /// Every `Some` is below `n` (taking one out may leave a `None`
+    /// below it), so a list with `n` 0 holds nothing to drop.
+    items: ManuallyDrop<[Option<Local<B>>; MAX_SGE]>,
     n: u8,
+}
+
+impl<B> Drop for Sgl<B> {
+    /// One test for the lists the data path empties (moved into a ring
+    /// slot, handed back), rather than one per entry.
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.n != 0 {
+            drop_items(&mut self.items);
+        }
+    }
+}
+
+#[cold]
+fn drop_items<B>(items: &mut [Option<Local<B>>; MAX_SGE]) {
+    drop(core::mem::take(items));
 }
 
 impl<B> Sgl<B> {
@@ -68,7 +88,7 @@ impl<B> Sgl<B> {
     #[inline(always)]
     pub(crate) const fn empty() -> Sgl<B> {
         Sgl {
-            items: [None, None, None, None],
+            items: ManuallyDrop::new([None, None, None, None]),
             n: 0,
         }
     }
@@ -77,7 +97,7 @@ impl<B> Sgl<B> {
     #[inline(always)]
     pub(crate) fn one(local: Local<B>) -> Sgl<B> {
         Sgl {
-            items: [Some(local), None, None, None],
+            items: ManuallyDrop::new([Some(local), None, None, None]),
             n: 1,
         }
     }
@@ -111,8 +131,13 @@ impl<B> Sgl<B> {
         if self.n == 0 {
             return None;
         }
+        if self.n == 1 {
+            // Its one entry is the first: the list is empty after this, and
+            // its drop has nothing to look at.
+            self.n = 0;
+        }
         // Constant indices only, so that a completion can live in registers.
-        let [a, b, c, d] = &mut self.items;
+        let [a, b, c, d] = &mut *self.items;
         a.take()
             .or_else(|| b.take())
             .or_else(|| c.take())
@@ -127,8 +152,8 @@ impl<B> Sgl<B> {
         let n = self.n;
         self.n = 0;
         dst.n = n;
-        let [d0, d1, d2, d3] = &mut dst.items;
-        let [s0, s1, s2, s3] = &mut self.items;
+        let [d0, d1, d2, d3] = &mut *dst.items;
+        let [s0, s1, s2, s3] = &mut *self.items;
         if n > 0 {
             *d0 = s0.take();
             if n > 1 {
@@ -146,7 +171,7 @@ impl<B> Sgl<B> {
     /// Every buffer, in order.
     pub(crate) fn into_bufs(mut self) -> impl Iterator<Item = B> {
         self.n = 0;
-        core::mem::take(&mut self.items)
+        core::mem::take(&mut *self.items)
             .into_iter()
             .flatten()
             .map(|l| l.buf)
@@ -174,7 +199,11 @@ impl<B: NicBuf> Sgl<B> {
             return Err(too_many_sges());
         }
         let mut total = 0u64;
-        for (sge, l) in out.iter_mut().zip(&self.items).take(usize::from(self.n)) {
+        for (sge, l) in out
+            .iter_mut()
+            .zip(self.items.iter())
+            .take(usize::from(self.n))
+        {
             let Some(l) = l else { break };
             let Ok(length) = u32::try_from(l.len) else {
                 return Err(too_long());
@@ -226,5 +255,49 @@ fn too_long() -> Error {
 impl<B> Default for Sgl<B> {
     fn default() -> Self {
         Sgl::empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::rc::Rc;
+
+    fn local(count: &Rc<()>) -> Local<Rc<()>> {
+        Local {
+            buf: count.clone(),
+            offset: 0,
+            len: 1,
+        }
+    }
+
+    /// A list drops the buffers it still holds, wherever they sit below
+    /// its count, and nothing once emptied (its drop then looks at the
+    /// count only).
+    #[test]
+    fn a_list_drops_what_it_holds_and_nothing_once_emptied() {
+        let count = Rc::new(());
+        let alive = || Rc::strong_count(&count) - 1;
+        let mut full = Sgl::empty();
+        for _ in 0..MAX_SGE {
+            assert!(full.push(local(&count)).is_ok());
+        }
+        assert!(full.push(local(&count)).is_err(), "no fifth entry");
+        assert_eq!(alive(), MAX_SGE);
+        drop(full.take_first());
+        drop(full.take_first());
+        assert_eq!(alive(), MAX_SGE - 2);
+        drop(full);
+        assert_eq!(alive(), 0);
+        let mut moved = Sgl::one(local(&count));
+        let mut slot = Sgl::empty();
+        moved.move_into(&mut slot);
+        drop(moved);
+        assert_eq!(alive(), 1, "the moved list held nothing");
+        let back = slot.take_first();
+        drop(slot);
+        assert_eq!(alive(), 1, "the buffer taken out lives on");
+        drop(back);
+        assert_eq!(alive(), 0);
     }
 }

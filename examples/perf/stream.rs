@@ -53,6 +53,13 @@ pub(super) fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
                     } else {
                         lane.qp.post_prepared_unsignaled(source)?;
                     }
+                } else if n == 1 {
+                    // One request: built and posted as a new user would.
+                    let buf = lane.sends.pop().ok_or_else(no_buffer)?;
+                    let local = Local::range(buf, 0, p.size).map_err(|(e, _)| e)?;
+                    let req = SendRequest::new(op, local);
+                    let req = if signaled(k) { req } else { req.unsignaled() };
+                    lane.qp.post_send(req).map_err(|e| e.error)?;
                 } else {
                     for (j, slot) in chain.iter_mut().enumerate().take(n as usize) {
                         let buf = lane.sends.pop().ok_or_else(no_buffer)?;
@@ -64,17 +71,12 @@ pub(super) fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
                             req.unsignaled()
                         });
                     }
-                    if n == 1 {
-                        let req = chain[0].take().ok_or_else(no_buffer)?;
-                        lane.qp.post_send(req).map_err(|e| e.error)?;
-                    } else {
-                        let sent = lane.qp.post_send_chain(&mut chain[..n as usize])?;
-                        if sent as u64 != n {
-                            return Err(Error::new(
-                                site!("post_send_chain", "fewer requests posted than chained"),
-                                ErrorKind::QueueFull,
-                            ));
-                        }
+                    let sent = lane.qp.post_send_chain(&mut chain[..n as usize])?;
+                    if sent as u64 != n {
+                        return Err(Error::new(
+                            site!("post_send_chain", "fewer requests posted than chained"),
+                            ErrorKind::QueueFull,
+                        ));
                     }
                 }
                 lane.posted += n;

@@ -75,25 +75,19 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             opcode: completes_as(&req.op),
             signaled,
         };
-        let mut one = [Some(OwnSend {
+        let one = OwnSend {
             op: &req.op,
             sgl: &mut req.sgl,
             meta,
             fence: f.fence,
             solicited: f.solicited,
             inline: f.inline,
-        })];
+        };
         let Some(handle) = slot.qp.as_ref() else {
             unreachable_vacant()
         };
-        let (_, result) = doorbell::send(
-            prov,
-            handle,
-            qp.index,
-            &mut slot.send,
-            slot.caps.max_send_sge,
-            &mut one,
-        );
+        let max_sge = slot.caps.max_send_sge;
+        let result = doorbell::send_one(prov, handle, qp.index, &mut slot.send, max_sge, one);
         match result {
             Ok(()) => {
                 slot.unsignaled_run = run;

@@ -69,6 +69,36 @@ pub(crate) struct OwnSend<'a, B> {
     pub(crate) inline: bool,
 }
 
+/// Posts one send on `qp` and moves its buffers into `ring`: [`send`]
+/// without a chain to count, clear and walk. The caller checked the room.
+#[inline(always)]
+pub(crate) fn send_one<B: NicBuf, P: Provider>(
+    prov: &mut P,
+    qp: &P::Qp,
+    qp_index: u32,
+    ring: &mut Ring<B>,
+    max_sge: u32,
+    s: OwnSend<'_, B>,
+) -> Result<(), Error> {
+    let mut sges = [sys::ibv_sge::default(); MAX_SGE];
+    let (num, total) = s.sgl.build(max_sge, &mut sges)?;
+    check_atomic_result(s.op, total)?;
+    let flags = send_flags(s.meta.signaled, s.fence, s.solicited, s.inline);
+    let mut wr = send_wr(
+        s.op,
+        super::id::ring(false, qp_index, ring.next_seq()),
+        flags,
+    );
+    wr.num_sge = num;
+    wr.sg_list = sges.as_mut_ptr();
+    // SAFETY: as in `send`: the entries were built just now from the
+    // request's list, which moves into its ring slot below.
+    unsafe { prov.post_send(qp, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
+    let slot = ring.push(s.meta.tag, s.meta.opcode);
+    s.sgl.move_into(&mut slot.sgl);
+    Ok(())
+}
+
 /// Posts `sends` (a prefix of `Some`) as one chain on `qp` (one doorbell) and moves each posted
 /// request's buffers into `ring`, whose next sequence numbers their ids
 /// carry. Returns how many were posted, with the provider's refusal if it
@@ -84,13 +114,16 @@ pub(crate) fn send<B: NicBuf, P: Provider>(
     const CHAIN: usize = super::config::MAX_CHAIN;
     let n = sends.iter().take_while(|s| s.is_some()).count().min(CHAIN);
     let mut wrs = [const { MaybeUninit::<sys::ibv_send_wr>::uninit() }; CHAIN];
-    let mut sges = [[sys::ibv_sge::default(); MAX_SGE]; CHAIN];
+    // Each request's entries are zeroed when it is built: a single post
+    // does not clear the whole chain's.
+    let mut sges = [const { MaybeUninit::<[sys::ibv_sge; MAX_SGE]>::uninit() }; CHAIN];
     let first = ring.next_seq();
     for i in 0..n {
         let Some(s) = &sends[i] else { break };
+        let entries = sges[i].write([sys::ibv_sge::default(); MAX_SGE]);
         let built = s
             .sgl
-            .build(max_sge, &mut sges[i])
+            .build(max_sge, entries)
             .and_then(|(num, total)| check_atomic_result(s.op, total).map(|()| num));
         let num = match built {
             Ok(num) => num,
@@ -103,7 +136,7 @@ pub(crate) fn send<B: NicBuf, P: Provider>(
             flags,
         );
         wr.num_sge = num;
-        wr.sg_list = sges[i].as_mut_ptr();
+        wr.sg_list = entries.as_mut_ptr();
         wrs[i].write(wr);
     }
     // SAFETY: the first `n` entries were written in the loop above.
