@@ -68,11 +68,11 @@ impl Carver {
         self.tlsf.alloc(len, align)
     }
 
-    /// Gives a live handle back on the owner's thread, no queue.
+    /// Gives a live buffer's slot back on the owner's thread, no queue.
     #[inline]
-    pub(crate) fn free(&mut self, handle: u32) {
-        let freed = self.tlsf.free(handle);
-        debug_assert!(freed.is_ok(), "a buffer's handle is live");
+    pub(crate) fn free(&mut self, slot: u32) {
+        let freed = self.tlsf.free_slot(slot);
+        debug_assert!(freed.is_ok(), "a buffer's slot is live");
     }
 
     /// Frees what buffers dropped (on any thread) since the last call, but
@@ -80,18 +80,18 @@ impl Carver {
     /// loads and plain stores only.
     #[inline(always)]
     fn reclaim(&mut self, queue: &ReturnQueue) {
-        while let Some(handle) = queue.pop(&mut self.cursor) {
-            let freed = self.tlsf.free(handle);
-            debug_assert!(freed.is_ok(), "a returned buffer's handle is live");
+        while let Some(slot) = queue.pop(&mut self.cursor) {
+            let freed = self.tlsf.free_slot(slot);
+            debug_assert!(freed.is_ok(), "a returned buffer's slot is live");
         }
     }
 
     /// As `reclaim`, the newest dropped buffer included (one atomic swap).
     pub(crate) fn flush(&mut self, queue: &ReturnQueue) {
         let tlsf = &mut self.tlsf;
-        queue.flush(&mut self.cursor, |handle| {
-            let freed = tlsf.free(handle);
-            debug_assert!(freed.is_ok(), "a returned buffer's handle is live");
+        queue.flush(&mut self.cursor, |slot| {
+            let freed = tlsf.free_slot(slot);
+            debug_assert!(freed.is_ok(), "a returned buffer's slot is live");
         });
     }
 }
@@ -107,14 +107,15 @@ pub struct ArenaModel {
     queue: ReturnQueue,
 }
 
-/// What an `ArenaBuf` holds of its allocation: its handle and slot. Not
+/// What an `ArenaBuf` holds of its allocation: its allocator slot. Not
 /// `Copy`: like a buffer, it is dropped once.
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct ModelBuf {
     /// Offset in the (absent) region.
     pub offset: u64,
-    handle: u32,
+    /// Live allocator slot of the model's own allocator, held by this value
+    /// alone (set only by `ArenaModel::alloc`).
     slot: u32,
 }
 
@@ -140,21 +141,28 @@ impl ArenaModel {
         let a = self.carver.alloc(&self.queue, len as u64, align)?;
         Ok(ModelBuf {
             offset: a.offset,
-            handle: a.handle,
             slot: self.carver.tlsf.handle_slot(a.handle) as u32,
         })
     }
 
     /// As an `ArenaBuf`'s drop: one atomic swap onto the return queue.
+    /// Unlike a buffer, which knows its arena, a `ModelBuf` could come from
+    /// another model: one comparison keeps its slot in this model's table
+    /// (such a buffer is a caller's bug, and it is dropped unqueued).
     #[inline]
     pub fn drop_buf(&self, buf: ModelBuf) {
-        self.queue.push(buf.handle, buf.slot);
+        if buf.slot < self.carver.tlsf.max_blocks() {
+            // SAFETY: the slot is below the node table's size, which sized
+            // the queue, and `buf`, moved in here, was its one holder (set by
+            // `alloc`; the field is private).
+            unsafe { self.queue.push(buf.slot) }
+        }
     }
 
     /// As `Arena::free`: back at once, no queue.
     #[inline]
     pub fn free(&mut self, buf: ModelBuf) {
-        self.carver.free(buf.handle);
+        self.carver.free(buf.slot);
     }
 
     /// As `Arena::stats`: everything dropped taken back, the front cache
