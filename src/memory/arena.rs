@@ -331,11 +331,7 @@ impl Drop for ArenaBuf {
     fn drop(&mut self) {
         // Wait-free: the owner frees it on a later allocation. Nothing of
         // the shared part is touched after the push.
-        // SAFETY: `slot` came from this arena's allocator, whose node table
-        // sized the queue (`Arena::new`), when this buffer was carved; it is
-        // live until the owner takes this push back, and this drop is its
-        // holder's only push.
-        unsafe { self.shared().returned.push(self.slot) }
+        self.shared().returned.push(self.slot);
     }
 }
 

@@ -114,8 +114,7 @@ pub struct ArenaModel {
 pub struct ModelBuf {
     /// Offset in the (absent) region.
     pub offset: u64,
-    /// Live allocator slot of the model's own allocator, held by this value
-    /// alone (set only by `ArenaModel::alloc`).
+    /// Its block's allocator slot.
     slot: u32,
 }
 
@@ -146,17 +145,9 @@ impl ArenaModel {
     }
 
     /// As an `ArenaBuf`'s drop: one atomic swap onto the return queue.
-    /// Unlike a buffer, which knows its arena, a `ModelBuf` could come from
-    /// another model: one comparison keeps its slot in this model's table
-    /// (such a buffer is a caller's bug, and it is dropped unqueued).
     #[inline]
     pub fn drop_buf(&self, buf: ModelBuf) {
-        if buf.slot < self.carver.tlsf.max_blocks() {
-            // SAFETY: the slot is below the node table's size, which sized
-            // the queue, and `buf`, moved in here, was its one holder (set by
-            // `alloc`; the field is private).
-            unsafe { self.queue.push(buf.slot) }
-        }
+        self.queue.push(buf.slot);
     }
 
     /// As `Arena::free`: back at once, no queue.
@@ -239,5 +230,90 @@ mod tests {
         let s = model.stats();
         assert_eq!((s.alloc_count, s.cached), (out, 0));
         model.check_invariants().unwrap();
+    }
+
+    /// Buffers dropped on other threads while the owner allocates: each
+    /// holder claims its granules in a shared table on receipt and clears
+    /// them before its drop, so a range reissued while held, or while
+    /// forgotten (claimed for good), fails a claim.
+    #[test]
+    fn ranges_dropped_on_other_threads_are_reissued_only_after_their_drop() {
+        extern crate std;
+        use core::sync::atomic::{AtomicU32, Ordering};
+        use std::sync::{mpsc, Arc};
+        const GRANULE: u64 = 64;
+        const CAPACITY: u64 = 1 << 20;
+        let rounds: u32 = if cfg!(miri) { 120 } else { 20_000 };
+        let (mut carver, queue) = Carver::new(arena_tlsf(CAPACITY, 65, 4).unwrap());
+        let queue = Arc::new(queue);
+        let owners: Arc<Vec<AtomicU32>> =
+            Arc::new((0..CAPACITY / GRANULE).map(|_| AtomicU32::new(0)).collect());
+        let claim = |owners: &[AtomicU32], offset: u64, len: u64, who: u32| {
+            for g in offset / GRANULE..(offset + len).div_ceil(GRANULE) {
+                let was = owners[g as usize].swap(who, Ordering::Relaxed);
+                assert_eq!(was, 0, "granule {g} reissued while held by {was}");
+            }
+        };
+        let (senders, threads): (Vec<_>, Vec<_>) = (1..=2u32)
+            .map(|who| {
+                let (tx, rx) = mpsc::channel::<(u64, u64, u32)>();
+                let (q, owners) = (queue.clone(), owners.clone());
+                let t = std::thread::spawn(move || {
+                    for (offset, len, slot) in rx {
+                        claim(&owners, offset, len, who);
+                        std::thread::yield_now();
+                        for g in offset / GRANULE..(offset + len).div_ceil(GRANULE) {
+                            owners[g as usize].store(0, Ordering::Relaxed);
+                        }
+                        // The drop: Release, after the last use of the range.
+                        q.push(slot);
+                    }
+                });
+                (tx, t)
+            })
+            .unzip();
+        let mut seed = 5u64;
+        let mut rand = move || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            seed >> 33
+        };
+        let mut forgotten = 0;
+        for i in 0..rounds {
+            let len = 1 + rand() % 8192;
+            let mut waited = 0;
+            let a = loop {
+                match carver.alloc(&queue, len, 64) {
+                    Ok(a) => break a,
+                    // Everything is out with the holders: wait for a drop
+                    // (a holder that failed a claim drops nothing more).
+                    Err(_) => {
+                        waited += 1;
+                        assert!(waited < 1_000_000, "no drop came back");
+                        std::thread::yield_now();
+                    }
+                }
+            };
+            let slot = carver.tlsf.handle_slot(a.handle) as u32;
+            if i % 997 == 0 && forgotten < 4 {
+                // Forgotten: claimed for good, never dropped.
+                claim(&owners, a.offset, len, 3);
+                forgotten += 1;
+            } else {
+                let sent = senders[(i % 2) as usize].send((a.offset, len, slot));
+                assert!(sent.is_ok(), "a holder failed a claim");
+            }
+        }
+        drop(senders);
+        for t in threads {
+            t.join().unwrap();
+        }
+        carver.flush(&queue);
+        carver.tlsf.flush_cache();
+        assert_eq!(
+            carver.tlsf.alloc_count(),
+            forgotten,
+            "all but the forgotten back"
+        );
+        carver.tlsf.check_invariants().unwrap();
     }
 }

@@ -19,10 +19,12 @@
 //!
 //! # Safety
 //!
-//! Every index the queue reads a link at is in the table: a pushed slot
-//! is below the slot count ([`ReturnQueue::push`]'s contract), the stub is
-//! the last entry, and a link holds only those or `NIL`, which is never
-//! followed. So the table is indexed without bounds checks.
+//! Every index the queue reads a link at is in the table, which has a
+//! power-of-two length: a push masks its slot to the table, the stub is an
+//! entry, and a link and the producers' end hold only those (or `NIL`,
+//! which is never followed). So the table is indexed without bounds checks,
+//! whatever slot a caller pushes: a wrong one can only confuse the queue,
+//! never reach outside it.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -33,8 +35,11 @@ const NIL: u32 = u32::MAX;
 pub(crate) struct ReturnQueue {
     /// The producers' end: the entry pushed last.
     last: AtomicU32,
-    /// Per slot, then the stub: the entry pushed after it.
+    /// Per slot, then the stub, then unused entries up to a power of two:
+    /// the entry pushed after it.
     next: Box<[AtomicU32]>,
+    /// The table's length minus one: a pushed slot is masked with it.
+    mask: u32,
 }
 
 /// The consumer's position, kept by the owner.
@@ -51,12 +56,14 @@ impl ReturnQueue {
     /// A queue for `slots` slots, and its consumer's cursor.
     pub(crate) fn new(slots: usize) -> (ReturnQueue, Cursor) {
         let stub = slots as u32;
+        let len = (slots + 1).next_power_of_two();
         let queue = ReturnQueue {
             last: AtomicU32::new(stub),
-            next: (0..=slots)
+            next: (0..len)
                 .map(|_| AtomicU32::new(NIL))
                 .collect::<Vec<_>>()
                 .into_boxed_slice(),
+            mask: len as u32 - 1,
         };
         let cursor = Cursor {
             at: stub,
@@ -66,31 +73,29 @@ impl ReturnQueue {
         (queue, cursor)
     }
 
-    /// The link of entry `at`, which is in the table (see the module's
-    /// `# Safety`: `at` is a pushed slot, the stub, or read from a link).
+    /// The link of entry `at`: a slot masked by `push`, the stub, or a
+    /// value read from a link or the producers' end, which hold only those.
     #[inline(always)]
     fn link(&self, at: u32) -> &AtomicU32 {
-        debug_assert!(
-            (at as usize) < self.next.len(),
-            "entry {at} out of the table"
-        );
-        // SAFETY: `at` is in the table (the module's `# Safety`: established
-        // by `push`'s contract, `new` placing the stub last, and links
-        // holding only those).
+        debug_assert!(at <= self.mask, "entry {at} out of the table");
+        // SAFETY: `at <= mask < next.len()` (the module's `# Safety`: `push`
+        // masks every slot it stores, `new` makes the stub an entry and
+        // `mask` the table's length minus one, and no other value is ever
+        // stored in a link or `last`).
         unsafe { self.next.get_unchecked(at as usize) }
     }
 
     /// Queues a freed slot. Wait-free, allocation-free.
     ///
-    /// # Safety
-    ///
     /// `slot` is below the `slots` the queue was made for (a live
     /// allocation's slot of the allocator the queue was sized by), and no
     /// other push of it is in the queue: only the one holder of a live
     /// slot pushes it, once, and the owner frees it only after taking it
-    /// out (so a reissued slot's next push comes after).
+    /// out (so a reissued slot's next push comes after). Otherwise the
+    /// queue may lose or repeat entries, but it stays within its table.
     #[inline]
-    pub(crate) unsafe fn push(&self, slot: u32) {
+    pub(crate) fn push(&self, slot: u32) {
+        let slot = slot & self.mask;
         self.link(slot).store(NIL, Ordering::Relaxed);
         self.append(slot);
     }
@@ -164,15 +169,6 @@ impl ReturnQueue {
 mod tests {
     use super::*;
 
-    /// Pushes `slot`, which the tests keep below the queue's slot count and
-    /// push only while it is out of the queue.
-    fn push(queue: &ReturnQueue, slot: u32) {
-        assert!((slot as usize) < queue.next.len() - 1);
-        // SAFETY: checked just above; each test pushes a slot only once
-        // until it has been taken back.
-        unsafe { queue.push(slot) }
-    }
-
     /// A flush frees the newest slot also when the cursor stands on the
     /// stub (after an earlier flush) with one entry queued after it.
     #[test]
@@ -180,23 +176,36 @@ mod tests {
         let (queue, mut cursor) = ReturnQueue::new(4);
         let mut freed = Vec::new();
         for _ in 0..3 {
-            push(&queue, 1);
+            queue.push(1);
             queue.flush(&mut cursor, |s| freed.push(s));
             assert_eq!(freed.last(), Some(&1));
         }
-        push(&queue, 2);
-        push(&queue, 3);
+        queue.push(2);
+        queue.push(3);
         queue.drain(&mut cursor, |s| freed.push(s));
         assert_eq!(freed.last(), Some(&2), "a drain keeps the newest");
         queue.flush(&mut cursor, |s| freed.push(s));
         assert_eq!(freed, [1, 1, 1, 2, 3]);
         // A drop between two flushes, and one after: each taken once.
-        push(&queue, 0);
+        queue.push(0);
         queue.drain(&mut cursor, |s| freed.push(s));
-        push(&queue, 2);
+        queue.push(2);
         queue.flush(&mut cursor, |s| freed.push(s));
         queue.flush(&mut cursor, |s| freed.push(s));
         assert_eq!(freed, [1, 1, 1, 2, 3, 0, 2]);
+    }
+
+    #[test]
+    fn a_wrong_slot_stays_in_the_table() {
+        // Slots beyond the queue's (a caller's bug) land on entries of the
+        // table, whatever they are: Miri checks every access.
+        let (queue, mut cursor) = ReturnQueue::new(5);
+        for slot in [u32::MAX, 6, 1 << 20] {
+            queue.push(slot);
+        }
+        let mut got = Vec::new();
+        queue.flush(&mut cursor, |s| got.push(s));
+        assert!(got.iter().all(|&s| s <= queue.mask), "{got:?}");
     }
 
     #[test]
@@ -209,7 +218,7 @@ mod tests {
         let threads: Vec<_> = (0..4u32)
             .map(|t| {
                 let q = queue.clone();
-                std::thread::spawn(move || (0..PER).for_each(|i| push(&q, t * PER + i)))
+                std::thread::spawn(move || (0..PER).for_each(|i| q.push(t * PER + i)))
             })
             .collect();
         let mut seen = Vec::new();
@@ -246,7 +255,7 @@ mod tests {
                 let q = queue.clone();
                 let t = std::thread::spawn(move || {
                     for slot in rx {
-                        push(&q, slot);
+                        q.push(slot);
                     }
                 });
                 (tx, t)
@@ -254,7 +263,7 @@ mod tests {
             .unzip();
         let (mut issued, mut returned) = (0u32, 0u32);
         let mut out = [false; SLOTS as usize];
-        let mut issue = |slot: u32, issued: &mut u32, out: &mut [bool]| {
+        let issue = |slot: u32, issued: &mut u32, out: &mut [bool]| {
             assert!(!out[slot as usize], "slot {slot} issued twice");
             out[slot as usize] = true;
             *issued += 1;
@@ -322,11 +331,11 @@ mod tests {
         let steps = if cfg!(miri) { 300 } else { 100_000 };
         for _ in 0..steps {
             let i = (rand() % u64::from(live_max)) as usize;
-            push(&queue, live[i]);
+            queue.push(live[i]);
             live[i] = alloc(&mut tlsf, &mut cursor, 8 + rand() % 8192);
         }
         for slot in live {
-            push(&queue, slot);
+            queue.push(slot);
         }
         queue.flush(&mut cursor, |s| tlsf.free_slot(s).unwrap());
         assert_eq!(tlsf.alloc_count(), 0, "everything came back");
@@ -350,7 +359,7 @@ mod tests {
             let slot = round % 3;
             if held[slot as usize] {
                 held[slot as usize] = false;
-                push(&queue, slot);
+                queue.push(slot);
                 pushed += 1;
             }
             if round % 7 == 6 {
