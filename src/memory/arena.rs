@@ -250,7 +250,7 @@ impl Drop for Arena {
             return;
         }
         // SAFETY: leaked by `new`, reclaimed once; no buffer is left to use
-        // it (every handle came back, through the queue, drained above, or
+        // it (every buffer came back, through the queue, drained above, or
         // through `free`), and a drop's last access to it is its push.
         drop(unsafe { Box::from_raw(self.shared.as_ptr()) });
     }
@@ -335,7 +335,7 @@ impl Drop for ArenaBuf {
     }
 }
 
-// SAFETY: the allocator hands each range to one buffer until its handle is
+// SAFETY: the allocator hands each range to one buffer until its slot is
 // freed, which happens only after this value is dropped; the memory is the
 // arena's mapping, which does not move and stays registered under lkey
 // while any buffer lives (the arena frees it only when none is left).
