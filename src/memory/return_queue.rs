@@ -16,6 +16,11 @@
 //!   [`ReturnQueue::flush`] moves the cursor past it onto the table's extra
 //!   entry (the stub) with one swap of its own: for statistics, for a retry
 //!   after exhaustion, and when the arena is dropped.
+//! - Why a queue and its swap rather than a per-slot "returned" flag set
+//!   with a plain store: the owner would have to sweep every slot's flag
+//!   to find the returned ones, which costs `max_buffers` loads a sweep
+//!   however few came back, and sweeping less often holds dropped buffers
+//!   out of reuse for longer. The queue hands over each return in O(1).
 //!
 //! # Safety
 //!
