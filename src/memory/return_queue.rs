@@ -78,16 +78,17 @@ impl ReturnQueue {
         (queue, cursor)
     }
 
-    /// The link of entry `at`: a slot masked by `push`, the stub, or a
-    /// value read from a link or the producers' end, which hold only those.
+    /// The table of links, its address read once (an atomic swap makes the
+    /// compiler read a field of `self` again).
+    #[inline(always)]
+    fn links(&self) -> Links<'_> {
+        Links(&self.next)
+    }
+
+    /// The link of entry `at` (see [`Links::at`]).
     #[inline(always)]
     fn link(&self, at: u32) -> &AtomicU32 {
-        debug_assert!(at <= self.mask, "entry {at} out of the table");
-        // SAFETY: `at <= mask < next.len()` (the module's `# Safety`: `push`
-        // masks every slot it stores, `new` makes the stub an entry and
-        // `mask` the table's length minus one, and no other value is ever
-        // stored in a link or `last`).
-        unsafe { self.next.get_unchecked(at as usize) }
+        self.links().at(at)
     }
 
     /// Queues a freed slot. Wait-free, allocation-free.
@@ -101,21 +102,22 @@ impl ReturnQueue {
     #[inline]
     pub(crate) fn push(&self, slot: u32) {
         let slot = slot & self.mask;
-        self.link(slot).store(NIL, Ordering::Relaxed);
-        self.append(slot);
+        let links = self.links();
+        links.at(slot).store(NIL, Ordering::Relaxed);
+        self.append(links, slot);
     }
 
     /// Appends entry `slot`, whose link the caller has just reset to `NIL`.
     /// The swap is AcqRel: Release so that the next producer, linking
     /// after this entry, writes its link after that reset; Acquire for the
     /// same with the previous producer.
-    #[inline]
-    fn append(&self, slot: u32) {
+    #[inline(always)]
+    fn append(&self, links: Links<'_>, slot: u32) {
         let prev = self.last.swap(slot, Ordering::AcqRel);
         // Release: the stores before (the buffer's last use included) are
         // visible to the consumer that reads this link. Nothing of the
         // queue is touched after it.
-        self.link(prev).store(slot, Ordering::Release);
+        links.at(prev).store(slot, Ordering::Release);
     }
 
     /// Frees, through `free`, every slot returned since the last call but
@@ -163,10 +165,28 @@ impl ReturnQueue {
         self.drain(cursor, &mut free);
         if cursor.at != cursor.stub && !cursor.stub_queued {
             self.link(cursor.stub).store(NIL, Ordering::Relaxed);
-            self.append(cursor.stub);
+            self.append(self.links(), cursor.stub);
             cursor.stub_queued = true;
         }
         self.drain(cursor, &mut free);
+    }
+}
+
+/// A queue's table of links (only ever made from one, by `links`).
+#[derive(Clone, Copy)]
+struct Links<'a>(&'a [AtomicU32]);
+
+impl<'a> Links<'a> {
+    /// The link of entry `at`: a slot masked by `push`, the stub, or a
+    /// value read from a link or the producers' end, which hold only those.
+    #[inline(always)]
+    fn at(self, at: u32) -> &'a AtomicU32 {
+        debug_assert!((at as usize) < self.0.len(), "entry {at} out of the table");
+        // SAFETY: `at <= mask < len` (the module's `# Safety`: `push` masks
+        // every slot it stores, `new` makes the stub an entry and `mask` the
+        // table's length minus one, and no other value is ever stored in a
+        // link or `last`).
+        unsafe { self.0.get_unchecked(at as usize) }
     }
 }
 
