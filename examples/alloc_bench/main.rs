@@ -27,7 +27,7 @@
 //!   bounded LIFO of freed blocks).
 //! - `Model`, `Model.free`: the arena's own allocator path without its
 //!   memory (`verbs::memory::ArenaModel`): the front-cached `Tlsf` and the
-//!   real return queue, so a drop is the queue's push (one swap and three
+//!   real return queue, so a drop is the queue's push (one swap and two
 //!   stores, wait-free) and the next allocation takes it back with loads
 //!   (no atomic read-modify-write) before it allocates; `Model.free` gives
 //!   buffers back as `Arena::free` does. This is what an `Arena` row

@@ -166,13 +166,11 @@ impl Arena {
             .carver
             .alloc(returned, len as u64, align)
             .map_err(tlsf_error)?;
-        let slot = self.carver.tlsf.handle_slot(a.handle) as u32;
         Ok(ArenaBuf {
             shared: self.shared,
             offset: a.offset as usize,
             len,
-            handle: a.handle,
-            slot,
+            slot: self.carver.tlsf.handle_slot(a.handle) as u32,
         })
     }
 
@@ -186,11 +184,11 @@ impl Arena {
             drop(buf);
             return;
         }
-        let handle = buf.handle;
+        let slot = buf.slot;
         // Its range goes back to the allocator here instead of through the
         // queue; nothing else of the buffer needs dropping.
         core::mem::forget(buf);
-        self.carver.free(handle);
+        self.carver.free(slot);
     }
 
     /// Every buffer dropped so far taken back, and the front cache merged
@@ -252,7 +250,7 @@ impl Drop for Arena {
             return;
         }
         // SAFETY: leaked by `new`, reclaimed once; no buffer is left to use
-        // it (every handle came back, through the queue, drained above, or
+        // it (every buffer came back, through the queue, drained above, or
         // through `free`), and a drop's last access to it is its push.
         drop(unsafe { Box::from_raw(self.shared.as_ptr()) });
     }
@@ -295,8 +293,8 @@ pub struct ArenaBuf {
     shared: NonNull<ArenaShared>,
     offset: usize,
     len: usize,
-    handle: u32,
-    /// The handle's node-table slot: where the return queue links it.
+    /// The allocator's node-table slot of its block, live and held by this
+    /// buffer alone: what its drop queues, and the queue's table index.
     slot: u32,
 }
 
@@ -333,11 +331,11 @@ impl Drop for ArenaBuf {
     fn drop(&mut self) {
         // Wait-free: the owner frees it on a later allocation. Nothing of
         // the shared part is touched after the push.
-        self.shared().returned.push(self.handle, self.slot);
+        self.shared().returned.push(self.slot);
     }
 }
 
-// SAFETY: the allocator hands each range to one buffer until its handle is
+// SAFETY: the allocator hands each range to one buffer until its slot is
 // freed, which happens only after this value is dropped; the memory is the
 // arena's mapping, which does not move and stays registered under lkey
 // while any buffer lives (the arena frees it only when none is left).

@@ -68,11 +68,11 @@ impl Carver {
         self.tlsf.alloc(len, align)
     }
 
-    /// Gives a live handle back on the owner's thread, no queue.
+    /// Gives a live buffer's slot back on the owner's thread, no queue.
     #[inline]
-    pub(crate) fn free(&mut self, handle: u32) {
-        let freed = self.tlsf.free(handle);
-        debug_assert!(freed.is_ok(), "a buffer's handle is live");
+    pub(crate) fn free(&mut self, slot: u32) {
+        let freed = self.tlsf.free_slot(slot);
+        debug_assert!(freed.is_ok(), "a buffer's slot is live");
     }
 
     /// Frees what buffers dropped (on any thread) since the last call, but
@@ -80,18 +80,18 @@ impl Carver {
     /// loads and plain stores only.
     #[inline(always)]
     fn reclaim(&mut self, queue: &ReturnQueue) {
-        while let Some(handle) = queue.pop(&mut self.cursor) {
-            let freed = self.tlsf.free(handle);
-            debug_assert!(freed.is_ok(), "a returned buffer's handle is live");
+        while let Some(slot) = queue.pop(&mut self.cursor) {
+            let freed = self.tlsf.free_slot(slot);
+            debug_assert!(freed.is_ok(), "a returned buffer's slot is live");
         }
     }
 
     /// As `reclaim`, the newest dropped buffer included (one atomic swap).
     pub(crate) fn flush(&mut self, queue: &ReturnQueue) {
         let tlsf = &mut self.tlsf;
-        queue.flush(&mut self.cursor, |handle| {
-            let freed = tlsf.free(handle);
-            debug_assert!(freed.is_ok(), "a returned buffer's handle is live");
+        queue.flush(&mut self.cursor, |slot| {
+            let freed = tlsf.free_slot(slot);
+            debug_assert!(freed.is_ok(), "a returned buffer's slot is live");
         });
     }
 }
@@ -107,14 +107,14 @@ pub struct ArenaModel {
     queue: ReturnQueue,
 }
 
-/// What an `ArenaBuf` holds of its allocation: its handle and slot. Not
+/// What an `ArenaBuf` holds of its allocation: its allocator slot. Not
 /// `Copy`: like a buffer, it is dropped once.
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct ModelBuf {
     /// Offset in the (absent) region.
     pub offset: u64,
-    handle: u32,
+    /// Its block's allocator slot.
     slot: u32,
 }
 
@@ -140,7 +140,6 @@ impl ArenaModel {
         let a = self.carver.alloc(&self.queue, len as u64, align)?;
         Ok(ModelBuf {
             offset: a.offset,
-            handle: a.handle,
             slot: self.carver.tlsf.handle_slot(a.handle) as u32,
         })
     }
@@ -148,13 +147,13 @@ impl ArenaModel {
     /// As an `ArenaBuf`'s drop: one atomic swap onto the return queue.
     #[inline]
     pub fn drop_buf(&self, buf: ModelBuf) {
-        self.queue.push(buf.handle, buf.slot);
+        self.queue.push(buf.slot);
     }
 
     /// As `Arena::free`: back at once, no queue.
     #[inline]
     pub fn free(&mut self, buf: ModelBuf) {
-        self.carver.free(buf.handle);
+        self.carver.free(buf.slot);
     }
 
     /// As `Arena::stats`: everything dropped taken back, the front cache
@@ -231,5 +230,94 @@ mod tests {
         let s = model.stats();
         assert_eq!((s.alloc_count, s.cached), (out, 0));
         model.check_invariants().unwrap();
+    }
+
+    /// Buffers dropped on other threads while the owner allocates: each
+    /// holder claims its granules in a shared table on receipt and clears
+    /// them before its drop, so a range reissued while held, or while
+    /// forgotten (claimed for good), fails a claim.
+    #[test]
+    fn ranges_dropped_on_other_threads_are_reissued_only_after_their_drop() {
+        extern crate std;
+        use core::sync::atomic::{AtomicU32, Ordering};
+        use std::sync::{mpsc, Arc};
+        const GRANULE: u64 = 64;
+        // Smaller under Miri, where every step is interpreted.
+        const CAPACITY: u64 = if cfg!(miri) { 1 << 16 } else { 1 << 20 };
+        const MAX_LEN: u64 = if cfg!(miri) { 512 } else { 8192 };
+        let rounds: u32 = if cfg!(miri) { 40 } else { 20_000 };
+        // Few buffers: allocations run out and retry after a flush while
+        // holders push.
+        let (mut carver, queue) = Carver::new(arena_tlsf(CAPACITY, 12, 4).unwrap());
+        let queue = Arc::new(queue);
+        let owners: Arc<Vec<AtomicU32>> =
+            Arc::new((0..CAPACITY / GRANULE).map(|_| AtomicU32::new(0)).collect());
+        let claim = |owners: &[AtomicU32], offset: u64, len: u64, who: u32| {
+            for g in offset / GRANULE..(offset + len).div_ceil(GRANULE) {
+                let was = owners[g as usize].swap(who, Ordering::Relaxed);
+                assert_eq!(was, 0, "granule {g} reissued while held by {was}");
+            }
+        };
+        let (senders, threads): (Vec<_>, Vec<_>) = (1..=2u32)
+            .map(|who| {
+                let (tx, rx) = mpsc::channel::<(u64, u64, u32)>();
+                let (q, owners) = (queue.clone(), owners.clone());
+                let t = std::thread::spawn(move || {
+                    for (offset, len, slot) in rx {
+                        claim(&owners, offset, len, who);
+                        std::thread::yield_now();
+                        for g in offset / GRANULE..(offset + len).div_ceil(GRANULE) {
+                            owners[g as usize].store(0, Ordering::Relaxed);
+                        }
+                        // The drop: Release, after the last use of the range.
+                        q.push(slot);
+                    }
+                });
+                (tx, t)
+            })
+            .unzip();
+        let mut seed = 5u64;
+        let mut rand = move || {
+            seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+            seed >> 33
+        };
+        let mut forgotten = 0;
+        for i in 0..rounds {
+            let len = 1 + rand() % MAX_LEN;
+            let mut waited = 0;
+            let a = loop {
+                match carver.alloc(&queue, len, 64) {
+                    Ok(a) => break a,
+                    // Everything is out with the holders: wait for a drop
+                    // (a holder that failed a claim drops nothing more).
+                    Err(_) => {
+                        waited += 1;
+                        assert!(waited < 1_000_000, "no drop came back");
+                        std::thread::yield_now();
+                    }
+                }
+            };
+            let slot = carver.tlsf.handle_slot(a.handle) as u32;
+            if i % 997 == 3 && forgotten < 4 {
+                // Forgotten: claimed for good, never dropped.
+                claim(&owners, a.offset, len, 3);
+                forgotten += 1;
+            } else {
+                let sent = senders[(i % 2) as usize].send((a.offset, len, slot));
+                assert!(sent.is_ok(), "a holder failed a claim");
+            }
+        }
+        drop(senders);
+        for t in threads {
+            t.join().unwrap();
+        }
+        carver.flush(&queue);
+        carver.tlsf.flush_cache();
+        assert_eq!(
+            carver.tlsf.alloc_count(),
+            forgotten,
+            "all but the forgotten back"
+        );
+        carver.tlsf.check_invariants().unwrap();
     }
 }

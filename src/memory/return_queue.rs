@@ -1,20 +1,35 @@
 //! How dropped buffers get back to their arena: a multi-producer,
-//! single-consumer queue of freed handles (Vyukov's intrusive queue), linked
-//! through a fixed table indexed by the handle's allocator slot, which is
-//! unique among live buffers, so a push never allocates.
+//! single-consumer queue of freed allocator slots (Vyukov's intrusive
+//! queue), linked through a fixed table indexed by the slot, which is
+//! unique among live buffers, so a push never allocates. The slot is all
+//! the owner needs: its allocator knows the live block in each slot.
 //!
-//! - A push (a buffer's drop, on any thread) is one atomic swap and three
+//! - A push (a buffer's drop, on any thread) is one atomic swap and two
 //!   stores: wait-free, no retry loop.
 //! - The owner takes entries with loads and plain stores only, so the
 //!   arena's allocation does no atomic read-modify-write. Its position, the
 //!   [`Cursor`], is its own, not shared.
-//! - The entry the cursor stands on has been read but its handle not freed:
-//!   freeing it would let the allocator hand its slot out again, and that
+//! - The entry the cursor stands on has been read but its slot not freed:
+//!   freeing it would let the allocator hand the slot out again, and that
 //!   buffer's drop would re-push an entry the queue still links from. So the
-//!   last returned handle waits until another is returned, or until
+//!   last returned slot waits until another is returned, or until
 //!   [`ReturnQueue::flush`] moves the cursor past it onto the table's extra
 //!   entry (the stub) with one swap of its own: for statistics, for a retry
 //!   after exhaustion, and when the arena is dropped.
+//! - Why a queue and its swap rather than a per-slot "returned" flag set
+//!   with a plain store: the owner would have to sweep every slot's flag
+//!   to find the returned ones, which costs `max_buffers` loads a sweep
+//!   however few came back, and sweeping less often holds dropped buffers
+//!   out of reuse for longer. The queue hands over each return in O(1).
+//!
+//! # Safety
+//!
+//! Every index the queue reads a link at is in the table, which has a
+//! power-of-two length: a push masks its slot to the table, the stub is an
+//! entry, and a link and the producers' end hold only those (or `NIL`,
+//! which is never followed). So the table is indexed without bounds checks,
+//! whatever slot a caller pushes: a wrong one can only confuse the queue,
+//! never reach outside it.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -25,23 +40,19 @@ const NIL: u32 = u32::MAX;
 pub(crate) struct ReturnQueue {
     /// The producers' end: the entry pushed last.
     last: AtomicU32,
-    /// Per slot, then the stub.
-    entries: Box<[Entry]>,
-}
-
-/// One slot's link and handle side by side: a push or a pop touches one
-/// cache line and passes one bounds check per entry.
-struct Entry {
-    /// The entry pushed after this one.
-    next: AtomicU32,
-    /// The full handle (slot + generation) to free; unused in the stub.
-    handle: AtomicU32,
+    /// Per slot, then the stub, then unused entries up to a power of two:
+    /// the entry pushed after it.
+    next: Box<[AtomicU32]>,
+    /// The table's length minus one: a pushed slot is masked with it.
+    mask: u32,
 }
 
 /// The consumer's position, kept by the owner.
 pub(crate) struct Cursor {
-    /// The entry last taken (its handle not freed yet, unless the stub).
+    /// The entry last taken (its slot not freed yet, unless the stub).
     at: u32,
+    /// The stub's index, kept here so that a pop need not derive it.
+    stub: u32,
     /// The stub is in the queue ahead of the cursor.
     stub_queued: bool,
 }
@@ -50,83 +61,101 @@ impl ReturnQueue {
     /// A queue for `slots` slots, and its consumer's cursor.
     pub(crate) fn new(slots: usize) -> (ReturnQueue, Cursor) {
         let stub = slots as u32;
+        let len = (slots + 1).next_power_of_two();
         let queue = ReturnQueue {
             last: AtomicU32::new(stub),
-            entries: (0..=slots)
-                .map(|_| Entry {
-                    next: AtomicU32::new(NIL),
-                    handle: AtomicU32::new(NIL),
-                })
+            next: (0..len)
+                .map(|_| AtomicU32::new(NIL))
                 .collect::<Vec<_>>()
                 .into_boxed_slice(),
+            mask: len as u32 - 1,
         };
         let cursor = Cursor {
             at: stub,
+            stub,
             stub_queued: false,
         };
         (queue, cursor)
     }
 
-    fn stub(&self) -> u32 {
-        self.entries.len() as u32 - 1
+    /// The table of links, its address read once (an atomic swap makes the
+    /// compiler read a field of `self` again).
+    #[inline(always)]
+    fn links(&self) -> Links<'_> {
+        Links(&self.next)
     }
 
-    /// Queues a freed handle. Wait-free, allocation-free.
+    /// The link of entry `at` (see [`Links::at`]).
+    #[inline(always)]
+    fn link(&self, at: u32) -> &AtomicU32 {
+        self.links().at(at)
+    }
+
+    /// Queues a freed slot. Wait-free, allocation-free.
+    ///
+    /// `slot` is below the `slots` the queue was made for (a live
+    /// allocation's slot of the allocator the queue was sized by), and no
+    /// other push of it is in the queue: only the one holder of a live
+    /// slot pushes it, once, and the owner frees it only after taking it
+    /// out (so a reissued slot's next push comes after). Otherwise the
+    /// queue may lose or repeat entries, but it stays within its table.
     #[inline]
-    pub(crate) fn push(&self, handle: u32, slot: u32) {
-        let entry = &self.entries[slot as usize];
-        entry.handle.store(handle, Ordering::Relaxed);
-        entry.next.store(NIL, Ordering::Relaxed);
-        self.append(slot);
+    pub(crate) fn push(&self, slot: u32) {
+        let slot = slot & self.mask;
+        let links = self.links();
+        links.at(slot).store(NIL, Ordering::Relaxed);
+        self.append(links, slot);
     }
 
-    /// Appends entry `slot`, whose `next` the caller has just reset to
-    /// `NIL`. The swap is AcqRel: Release so that the next producer, linking
-    /// after this entry, writes its `next` after that reset; Acquire for the
+    /// Appends entry `slot`, whose link the caller has just reset to `NIL`.
+    /// The swap is AcqRel: Release so that the next producer, linking
+    /// after this entry, writes its link after that reset; Acquire for the
     /// same with the previous producer.
-    #[inline]
-    fn append(&self, slot: u32) {
+    #[inline(always)]
+    fn append(&self, links: Links<'_>, slot: u32) {
         let prev = self.last.swap(slot, Ordering::AcqRel);
-        // Release: the stores before are visible to the consumer that reads
-        // this link. Nothing of the queue is touched after it.
-        self.entries[prev as usize]
-            .next
-            .store(slot, Ordering::Release);
+        // Release: the stores before (the buffer's last use included) are
+        // visible to the consumer that reads this link. Nothing of the
+        // queue is touched after it.
+        links.at(prev).store(slot, Ordering::Release);
     }
 
-    /// Frees, through `free`, every handle returned since the last call but
+    /// Frees, through `free`, every slot returned since the last call but
     /// the newest (see the module docs). Loads and plain stores only.
     #[inline]
     pub(crate) fn drain(&self, cursor: &mut Cursor, mut free: impl FnMut(u32)) {
-        while let Some(handle) = self.pop(cursor) {
-            free(handle);
+        while let Some(slot) = self.pop(cursor) {
+            free(slot);
         }
     }
 
-    /// The next handle to free, if one was returned after the entry the
+    /// The next slot to free, if one was returned after the entry the
     /// cursor stands on: one load when none was. Small enough to inline
     /// into the owner's allocation, where a loop around it frees inline.
     #[inline(always)]
     pub(crate) fn pop(&self, cursor: &mut Cursor) -> Option<u32> {
-        let stub = self.stub();
-        loop {
-            let next = self.entries[cursor.at as usize]
-                .next
-                .load(Ordering::Acquire);
-            if next == NIL {
-                return None;
-            }
-            let done = core::mem::replace(&mut cursor.at, next);
-            if next == stub {
-                cursor.stub_queued = false;
-            }
-            if done != stub {
-                return Some(self.entries[done as usize].handle.load(Ordering::Relaxed));
-            }
+        let done = cursor.at;
+        let next = self.link(done).load(Ordering::Acquire);
+        if next == NIL {
+            return None;
         }
+        cursor.at = next;
+        if done == cursor.stub {
+            return self.pop_past_stub(cursor);
+        }
+        Some(done)
     }
 
-    /// [`drain`](Self::drain), the newest handle included: queues the stub
+    /// [`pop`](Self::pop) once the cursor has left the stub, which was
+    /// queued by a flush: the next entry, if any, is a slot.
+    #[cold]
+    #[inline(never)]
+    fn pop_past_stub(&self, cursor: &mut Cursor) -> Option<u32> {
+        cursor.stub_queued = false;
+        self.pop(cursor)
+    }
+
+    /// [`drain`](Self::drain), the newest slot included: queues the stub
     /// (one swap) and drains up to it. A drop still in the middle of its
     /// push on another thread is left for later.
     #[cold]
@@ -134,14 +163,30 @@ impl ReturnQueue {
         // First onto the newest entry: a cursor on the stub may still have
         // one ahead of it.
         self.drain(cursor, &mut free);
-        if cursor.at != self.stub() && !cursor.stub_queued {
-            self.entries[self.stub() as usize]
-                .next
-                .store(NIL, Ordering::Relaxed);
-            self.append(self.stub());
+        if cursor.at != cursor.stub && !cursor.stub_queued {
+            self.link(cursor.stub).store(NIL, Ordering::Relaxed);
+            self.append(self.links(), cursor.stub);
             cursor.stub_queued = true;
         }
         self.drain(cursor, &mut free);
+    }
+}
+
+/// A queue's table of links (only ever made from one, by `links`).
+#[derive(Clone, Copy)]
+struct Links<'a>(&'a [AtomicU32]);
+
+impl<'a> Links<'a> {
+    /// The link of entry `at`: a slot masked by `push`, the stub, or a
+    /// value read from a link or the producers' end, which hold only those.
+    #[inline(always)]
+    fn at(self, at: u32) -> &'a AtomicU32 {
+        debug_assert!((at as usize) < self.0.len(), "entry {at} out of the table");
+        // SAFETY: `at <= mask < len` (the module's `# Safety`: `push` masks
+        // every slot it stores, `new` makes the stub an entry and `mask` the
+        // table's length minus one, and no other value is ever stored in a
+        // link or `last`).
+        unsafe { self.0.get_unchecked(at as usize) }
     }
 }
 
@@ -149,23 +194,43 @@ impl ReturnQueue {
 mod tests {
     use super::*;
 
-    /// A flush frees the newest handle also when the cursor stands on the
+    /// A flush frees the newest slot also when the cursor stands on the
     /// stub (after an earlier flush) with one entry queued after it.
     #[test]
     fn a_flush_from_the_stub_frees_the_newest() {
         let (queue, mut cursor) = ReturnQueue::new(4);
         let mut freed = Vec::new();
-        for round in 0..3u32 {
-            queue.push(100 + round, 1);
-            queue.flush(&mut cursor, |h| freed.push(h));
-            assert_eq!(freed.last(), Some(&(100 + round)), "round {round}");
+        for _ in 0..3 {
+            queue.push(1);
+            queue.flush(&mut cursor, |s| freed.push(s));
+            assert_eq!(freed.last(), Some(&1));
         }
-        queue.push(7, 2);
-        queue.push(8, 3);
-        queue.drain(&mut cursor, |h| freed.push(h));
-        assert_eq!(freed.last(), Some(&7), "a drain keeps the newest");
-        queue.flush(&mut cursor, |h| freed.push(h));
-        assert_eq!(freed, [100, 101, 102, 7, 8]);
+        queue.push(2);
+        queue.push(3);
+        queue.drain(&mut cursor, |s| freed.push(s));
+        assert_eq!(freed.last(), Some(&2), "a drain keeps the newest");
+        queue.flush(&mut cursor, |s| freed.push(s));
+        assert_eq!(freed, [1, 1, 1, 2, 3]);
+        // A drop between two flushes, and one after: each taken once.
+        queue.push(0);
+        queue.drain(&mut cursor, |s| freed.push(s));
+        queue.push(2);
+        queue.flush(&mut cursor, |s| freed.push(s));
+        queue.flush(&mut cursor, |s| freed.push(s));
+        assert_eq!(freed, [1, 1, 1, 2, 3, 0, 2]);
+    }
+
+    #[test]
+    fn a_wrong_slot_stays_in_the_table() {
+        // Slots beyond the queue's (a caller's bug) land on entries of the
+        // table, whatever they are: Miri checks every access.
+        let (queue, mut cursor) = ReturnQueue::new(5);
+        for slot in [u32::MAX, 6, 1 << 20] {
+            queue.push(slot);
+        }
+        let mut got = Vec::new();
+        queue.flush(&mut cursor, |s| got.push(s));
+        assert!(got.iter().all(|&s| s <= queue.mask), "{got:?}");
     }
 
     #[test]
@@ -177,33 +242,32 @@ mod tests {
         let queue = std::sync::Arc::new(queue);
         let threads: Vec<_> = (0..4u32)
             .map(|t| {
-                let s = queue.clone();
-                std::thread::spawn(move || {
-                    (0..PER).for_each(|i| s.push(100_000 + t * PER + i, t * PER + i))
-                })
+                let q = queue.clone();
+                std::thread::spawn(move || (0..PER).for_each(|i| q.push(t * PER + i)))
             })
             .collect();
         let mut seen = Vec::new();
         for t in threads {
-            queue.drain(&mut cursor, |h| seen.push(h));
+            queue.drain(&mut cursor, |s| seen.push(s));
             t.join().unwrap();
         }
-        queue.drain(&mut cursor, |h| seen.push(h));
+        queue.drain(&mut cursor, |s| seen.push(s));
         assert_eq!(
             seen.len(),
             4 * PER as usize - 1,
             "the newest waits for the next return"
         );
-        queue.flush(&mut cursor, |h| seen.push(h));
+        queue.flush(&mut cursor, |s| seen.push(s));
         seen.sort_unstable();
-        assert_eq!(seen, (0..4 * PER).map(|i| 100_000 + i).collect::<Vec<_>>());
+        assert_eq!(seen, (0..4 * PER).collect::<Vec<_>>());
     }
 
     #[test]
     fn slots_reissued_to_other_threads_come_back_once() {
         // As buffers travel: the owner issues slots to two threads, which
         // drop (push) them while the owner drains and reissues what it got
-        // back with a new generation. Every issued handle returns once.
+        // back. Every issue returns once, and no slot comes back while it
+        // is out of the owner's hands only once.
         extern crate std;
         use std::sync::mpsc;
         const SLOTS: u32 = 8;
@@ -215,34 +279,36 @@ mod tests {
                 let (tx, rx) = mpsc::channel::<u32>();
                 let q = queue.clone();
                 let t = std::thread::spawn(move || {
-                    for h in rx {
-                        q.push(h, h % SLOTS);
+                    for slot in rx {
+                        q.push(slot);
                     }
                 });
                 (tx, t)
             })
             .unzip();
-        let (mut issued, mut returned) = (0u32, Vec::new());
-        let mut next_gen = [1u32; SLOTS as usize];
-        let mut issue = |slot: u32, issued: &mut u32| {
-            let h = next_gen[slot as usize] * SLOTS + slot;
-            next_gen[slot as usize] += 1;
+        let (mut issued, mut returned) = (0u32, 0u32);
+        let mut out = [false; SLOTS as usize];
+        let issue = |slot: u32, issued: &mut u32, out: &mut [bool]| {
+            assert!(!out[slot as usize], "slot {slot} issued twice");
+            out[slot as usize] = true;
             *issued += 1;
-            senders[(h % 2) as usize].send(h).unwrap();
+            senders[(*issued % 2) as usize].send(slot).unwrap();
         };
         for slot in 0..SLOTS {
-            issue(slot, &mut issued);
+            issue(slot, &mut issued, &mut out);
         }
         let mut idle = 0;
         while issued < rounds {
             let mut got = Vec::new();
-            queue.drain(&mut cursor, |h| got.push(h));
+            queue.drain(&mut cursor, |s| got.push(s));
             idle = if got.is_empty() { idle + 1 } else { 0 };
-            assert!(idle < 1_000_000, "returned handles went missing");
-            for h in got {
-                returned.push(h);
+            assert!(idle < 1_000_000, "returned slots went missing");
+            for slot in got {
+                assert!(out[slot as usize], "slot {slot} returned twice");
+                out[slot as usize] = false;
+                returned += 1;
                 if issued < rounds {
-                    issue(h % SLOTS, &mut issued);
+                    issue(slot, &mut issued, &mut out);
                 }
             }
             std::thread::yield_now();
@@ -251,15 +317,13 @@ mod tests {
         for t in threads {
             t.join().unwrap();
         }
-        queue.flush(&mut cursor, |h| returned.push(h));
-        assert_eq!(
-            returned.len() as u32,
-            issued,
-            "every issued handle came back"
-        );
-        returned.sort_unstable();
-        returned.dedup();
-        assert_eq!(returned.len() as u32, issued, "none came back twice");
+        queue.flush(&mut cursor, |slot| {
+            assert!(out[slot as usize], "slot {slot} returned twice");
+            out[slot as usize] = false;
+            returned += 1;
+        });
+        assert_eq!(returned, issued, "every issued slot came back");
+        assert!(out.iter().all(|o| !o), "none is still out");
     }
 
     #[test]
@@ -271,15 +335,15 @@ mod tests {
         let mut tlsf = Tlsf::new(1 << 20, TlsfConfig::new().with_max_live(live_max + 1)).unwrap();
         let (queue, mut cursor) = ReturnQueue::new(tlsf.max_blocks() as usize);
         let alloc = |tlsf: &mut Tlsf, cursor: &mut Cursor, size: u64| {
-            queue.drain(cursor, |h| tlsf.free(h).unwrap());
+            queue.drain(cursor, |s| tlsf.free_slot(s).unwrap());
             let a = match tlsf.alloc(size, 64) {
                 Ok(a) => a,
                 Err(_) => {
-                    queue.flush(cursor, |h| tlsf.free(h).unwrap());
+                    queue.flush(cursor, |s| tlsf.free_slot(s).unwrap());
                     tlsf.alloc(size, 64).unwrap()
                 }
             };
-            (a.handle, tlsf.handle_slot(a.handle) as u32)
+            tlsf.handle_slot(a.handle) as u32
         };
         let mut seed = 7u64;
         let mut rand = move || {
@@ -292,51 +356,48 @@ mod tests {
         let steps = if cfg!(miri) { 300 } else { 100_000 };
         for _ in 0..steps {
             let i = (rand() % u64::from(live_max)) as usize;
-            let (handle, slot) = live[i];
-            queue.push(handle, slot);
+            queue.push(live[i]);
             live[i] = alloc(&mut tlsf, &mut cursor, 8 + rand() % 8192);
         }
-        for (handle, slot) in live {
-            queue.push(handle, slot);
+        for slot in live {
+            queue.push(slot);
         }
-        queue.flush(&mut cursor, |h| tlsf.free(h).unwrap());
+        queue.flush(&mut cursor, |s| tlsf.free_slot(s).unwrap());
         assert_eq!(tlsf.alloc_count(), 0, "everything came back");
         tlsf.check_invariants().unwrap();
     }
 
     #[test]
-    fn slots_are_reused_after_their_handle_is_freed() {
-        // The owner frees a handle, reallocates its slot, and the new
-        // buffer comes back: every push is taken exactly once.
+    fn slots_are_reused_after_they_are_taken() {
+        // The owner takes a slot back and reissues it at once, and the
+        // new buffer comes back: every push is taken exactly once.
         let (queue, mut cursor) = ReturnQueue::new(3);
-        let mut freed = Vec::new();
-        let mut live = [0u32, 1, 2];
-        let mut generation = 0;
+        let (mut pushed, mut taken) = (0, 0);
+        // Per slot: held by a buffer (true) or in the queue.
+        let mut held = [true; 3];
+        let mut take = |s: u32, held: &mut [bool; 3]| {
+            assert!(!held[s as usize], "slot {s} taken while held");
+            held[s as usize] = true;
+            taken += 1;
+        };
         for round in 0..50u32 {
             let slot = round % 3;
-            queue.push(live[slot as usize], slot);
-            let mut got = Vec::new();
-            if round % 7 == 6 {
-                queue.flush(&mut cursor, |h| got.push(h));
-            } else {
-                queue.drain(&mut cursor, |h| got.push(h));
+            if held[slot as usize] {
+                held[slot as usize] = false;
+                queue.push(slot);
+                pushed += 1;
             }
-            for h in got {
-                // Reallocate the freed slot with a new generation.
-                let s = (h & 3) as usize;
-                generation += 4;
-                live[s] = generation | s as u32;
-                freed.push(h);
+            if round % 7 == 6 {
+                queue.flush(&mut cursor, |s| take(s, &mut held));
+            } else {
+                queue.drain(&mut cursor, |s| take(s, &mut held));
             }
         }
-        queue.flush(&mut cursor, |h| freed.push(h));
-        assert_eq!(freed.len(), 50);
-        let mut unique = freed.clone();
-        unique.sort_unstable();
-        unique.dedup();
-        assert_eq!(unique.len(), 50, "no handle taken twice");
-        let mut again = Vec::new();
-        queue.flush(&mut cursor, |h| again.push(h));
-        assert!(again.is_empty(), "a second flush finds nothing");
+        queue.flush(&mut cursor, |s| take(s, &mut held));
+        queue.flush(&mut cursor, |s| take(s, &mut held));
+        assert_eq!(
+            taken, pushed,
+            "each push taken once, a second flush finds nothing"
+        );
     }
 }

@@ -320,14 +320,40 @@ impl Tlsf {
     /// then.
     #[inline(always)]
     pub fn free(&mut self, handle: u32) -> Result<(), TlsfError> {
+        let idx = handle & self.index_mask;
+        match self.nodes.get(idx as usize) {
+            Some(n) if n.stamp == handle => {
+                self.retire(idx);
+                Ok(())
+            }
+            _ => Err(invalid_handle(handle)),
+        }
+    }
+
+    /// [`free`](Self::free) by node slot ([`handle_slot`](Self::handle_slot))
+    /// rather than handle, for a caller that keeps each live allocation's
+    /// slot and frees it once (the arena's buffers): no generation to
+    /// carry, and still nothing changes, with an error, unless the slot
+    /// holds a live allocation.
+    #[inline(always)]
+    pub(crate) fn free_slot(&mut self, slot: u32) -> Result<(), TlsfError> {
+        match self.nodes.get(slot as usize) {
+            // Live: the stamp's index bits are the slot itself, not flipped.
+            Some(n) if n.stamp & self.index_mask == slot => {
+                self.retire(slot);
+                Ok(())
+            }
+            _ => Err(invalid_handle(slot)),
+        }
+    }
+
+    /// The rest of a free, of live block `idx`.
+    #[inline(always)]
+    fn retire(&mut self, idx: u32) {
         let mask = self.index_mask;
-        let idx = handle & mask;
-        let node = match self.nodes.get_mut(idx as usize) {
-            Some(n) if n.stamp == handle => n,
-            _ => return Err(invalid_handle(handle)),
-        };
+        let node = &mut self.nodes[idx as usize];
         // The next generation (the generation bits wrap), not live.
-        node.stamp = handle.wrapping_add(mask + 1) ^ mask;
+        node.stamp = node.stamp.wrapping_add(mask + 1) ^ mask;
         let size = node.size;
         let class = &mut self.cache[size as usize & (CACHE_CLASSES - 1)];
         if size < CACHE_CLASSES as u64 && class.room != 0 {
@@ -335,10 +361,9 @@ impl Tlsf {
             node.state = State::Cached;
             node.next_free = class.head;
             class.head = idx;
-            return Ok(());
+            return;
         }
         self.release(idx);
-        Ok(())
     }
 
     /// Puts block `idx` (freed or cached, on no list) back in the bins,
