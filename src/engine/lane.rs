@@ -95,13 +95,12 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// Starts a lane on the queue pair of `send`: the prepared send, and
     /// `recv` if given (of the same queue pair), posted with
     /// [`Lane::post_send`] and [`Lane::post_recv`] and completed with
-    /// [`Lane::poll`], every handle and buffer checked here once.
-    /// Refused when anything in flight on the queue pair is not a post of
-    /// these two requests (the receive side counts only with `recv`).
-    /// Setup time: writes every
-    /// slot of the queue pair's rings. The lane holds the queue pair while
-    /// it lives; `mem::forget` on it leaks the queue pair and the buffers
-    /// of its prepared requests.
+    /// [`Lane::poll`], every handle and buffer checked here once. Refused
+    /// when anything in flight on the queue pair is not a post of these
+    /// two requests (the receive side counts only with `recv`). Setup
+    /// time: writes every slot of the queue pair's rings. The lane holds
+    /// the queue pair while it lives; `mem::forget` on it leaks the queue
+    /// pair and the buffers of its prepared requests.
     pub fn lane(
         &mut self,
         send: PreparedSend,
