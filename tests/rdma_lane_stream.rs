@@ -9,21 +9,26 @@
 mod support;
 
 use verbs::{
-    ErrorKind, HostBuf, Local, MemoryRegion, Prepared, PreparedSend, ProtectionDomain, Queue,
-    QueuePair, RemoteSlice, SendOp, SendRequest, WcStatus,
+    ErrorKind, HostBuf, Local, MemoryRegion, Prepared, PreparedSend, Queue, QueuePair, RemoteSlice,
+    SendOp, SendRequest, WcStatus,
 };
 
 type Qp = QueuePair<MemoryRegion>;
 
-/// A prepared 64-byte write of `seed`'s pattern into `target`'s first 64
-/// bytes.
-fn prepared_write(qp: &mut Qp, pd: &ProtectionDomain, target: &MemoryRegion) -> PreparedSend {
-    let mut src = MemoryRegion::new(pd, 64).unwrap();
+/// A connected pair, a target region on the peer's side, and a prepared
+/// 64-byte write of a pattern into the target's first 64 bytes.
+fn writer(test: &str) -> (Qp, Qp, MemoryRegion, PreparedSend) {
+    let (pd, mut a, b) = support::pd_and_pair::<MemoryRegion>(test);
+    let target = support::remote_region(&pd, 4096);
+    let mut src = MemoryRegion::new(&pd, 64).unwrap();
     src.write_at(0, &support::pattern(5, 64)).unwrap();
     let dst = RemoteSlice::new(&target.remote().unwrap(), 0, 64).unwrap();
-    qp.prepare_send(SendRequest::new(SendOp::Write(dst), Local::range(src, 0, 64).unwrap()).tag(5))
+    let local = Local::range(src, 0, 64).unwrap();
+    let w = a
+        .prepare_send(SendRequest::new(SendOp::Write(dst), local).tag(5))
         .map_err(|e| e.error)
-        .unwrap()
+        .unwrap();
+    (a, b, target, w)
 }
 
 /// Polls until at least one send completes; returns how many did.
@@ -42,11 +47,7 @@ fn wait_sent(lane: &mut verbs::Lane<'_, MemoryRegion>) -> u32 {
 
 #[test]
 fn a_streaming_lane_lands_every_write_and_counts_each_once() {
-    let (pd, mut a, _b) = support::pd_and_pair::<MemoryRegion>(
-        "a_streaming_lane_lands_every_write_and_counts_each_once",
-    );
-    let target = support::remote_region(&pd, 4096);
-    let w = prepared_write(&mut a, &pd, &target);
+    let (mut a, _b, target, w) = writer("a_streaming_lane_lands_every_write_and_counts_each_once");
     let mut lane = a.lane(w, None).unwrap();
     let (total, mut posted, mut sent) = (2000u32, 0u32, 0u32);
     while sent < total {
@@ -77,10 +78,7 @@ fn a_streaming_lane_lands_every_write_and_counts_each_once() {
 
 #[test]
 fn a_queue_full_of_unsignaled_posts_still_completes() {
-    let (pd, mut a, _b) =
-        support::pd_and_pair::<MemoryRegion>("a_queue_full_of_unsignaled_posts_still_completes");
-    let target = support::remote_region(&pd, 4096);
-    let w = prepared_write(&mut a, &pd, &target);
+    let (mut a, _b, _target, w) = writer("a_queue_full_of_unsignaled_posts_still_completes");
     let mut lane = a.lane(w, None).unwrap();
     for round in 0..3 {
         // Only unsignaled posts asked for, until the queue refuses one.
@@ -109,11 +107,8 @@ fn a_queue_full_of_unsignaled_posts_still_completes() {
 
 #[test]
 fn a_lane_dropped_with_unsignaled_posts_leaves_them_to_the_engine() {
-    let (pd, mut a, _b) = support::pd_and_pair::<MemoryRegion>(
-        "a_lane_dropped_with_unsignaled_posts_leaves_them_to_the_engine",
-    );
-    let target = support::remote_region(&pd, 4096);
-    let w = prepared_write(&mut a, &pd, &target);
+    let (mut a, _b, _target, w) =
+        writer("a_lane_dropped_with_unsignaled_posts_leaves_them_to_the_engine");
     let mut lane = a.lane(w, None).unwrap();
     for _ in 0..3 {
         lane.post_send_unsignaled().unwrap();
