@@ -32,7 +32,7 @@ fn writer(test: &str) -> (Qp, Qp, MemoryRegion, PreparedSend) {
 }
 
 /// Polls until at least one send completes; returns how many did.
-fn wait_sent(lane: &mut verbs::Lane<'_, MemoryRegion>) -> u32 {
+fn wait_sent(lane: &mut verbs::Lane<'_, MemoryRegion>) -> u64 {
     let deadline = support::deadline();
     loop {
         let got = lane
@@ -49,7 +49,7 @@ fn wait_sent(lane: &mut verbs::Lane<'_, MemoryRegion>) -> u32 {
 fn a_streaming_lane_lands_every_write_and_counts_each_once() {
     let (mut a, _b, target, w) = writer("a_streaming_lane_lands_every_write_and_counts_each_once");
     let mut lane = a.lane(w, None).unwrap();
-    let (total, mut posted, mut sent) = (2000u32, 0u32, 0u32);
+    let (total, mut posted, mut sent) = (2000u64, 0u64, 0u64);
     while sent < total {
         // Every 16th and the last signaled, as a bandwidth test posts.
         while posted < total && posted - sent < 64 {
@@ -82,7 +82,7 @@ fn a_queue_full_of_unsignaled_posts_still_completes() {
     let mut lane = a.lane(w, None).unwrap();
     for round in 0..3 {
         // Only unsignaled posts asked for, until the queue refuses one.
-        let mut posted = 0u32;
+        let mut posted = 0u64;
         let refused = loop {
             match lane.post_send_unsignaled() {
                 Ok(()) => posted += 1,

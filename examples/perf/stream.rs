@@ -128,7 +128,7 @@ fn stream_lane(
         if got.sent == 0 {
             spin.idle(p, stalled!("wait for send completions"))?;
         } else {
-            done += u64::from(got.sent);
+            done += got.sent;
             // Within the capacity reserved in `Side::prepare`.
             completed.push((done - 1, ticks()));
             spin = Spin::new();

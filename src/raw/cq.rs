@@ -143,6 +143,27 @@ impl RawCq {
         Ok(unsafe { core::slice::from_raw_parts(out.as_ptr().cast::<sys::ibv_wc>(), got) })
     }
 
+    /// Polls at most one completion into `out`: a lane's poll, which
+    /// needs no slice of what came back.
+    #[inline(always)]
+    pub(crate) fn poll_one<'a>(
+        &self,
+        out: &'a mut MaybeUninit<sys::ibv_wc>,
+    ) -> Result<Option<&'a sys::ibv_wc>, Error> {
+        // SAFETY: live CQ; `out` is valid for one write of `ibv_wc`
+        // (MaybeUninit is a transparent wrapper).
+        let got = unsafe { sys::verbs_shim_poll_cq(self.ptr.as_ptr(), 1, out.as_mut_ptr()) };
+        if got == 0 {
+            return Ok(None);
+        }
+        if got != 1 {
+            // An error, or a provider that claims more than one: one.
+            poll_refused(got, 1)?;
+        }
+        // SAFETY: the library initialized the entry.
+        Ok(Some(unsafe { out.assume_init_ref() }))
+    }
+
     /// Arms the queue: the next completion (with `solicited_only`, the next
     /// solicited or error completion) sends one event to the channel.
     pub(crate) fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {

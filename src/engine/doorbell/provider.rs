@@ -61,6 +61,16 @@ pub trait Provider {
         out: &'a mut [MaybeUninit<sys::ibv_wc>],
     ) -> Result<&'a [sys::ibv_wc], Error>;
 
+    /// Takes at most one completion off `cq` (a lane's poll).
+    #[inline(always)]
+    fn poll_one<'a>(
+        &mut self,
+        cq: &Self::Cq,
+        out: &'a mut MaybeUninit<sys::ibv_wc>,
+    ) -> Result<Option<&'a sys::ibv_wc>, Error> {
+        Ok(self.poll(cq, core::slice::from_mut(out))?.first())
+    }
+
     /// Moves a queue pair to ERR (the device flushes what it holds) or to
     /// RESET (it then holds no work request), the transitions that change
     /// who owns posted buffers.
@@ -123,6 +133,15 @@ impl Provider for Verbs {
         out: &'a mut [MaybeUninit<sys::ibv_wc>],
     ) -> Result<&'a [sys::ibv_wc], Error> {
         cq.poll(out)
+    }
+
+    #[inline(always)]
+    fn poll_one<'a>(
+        &mut self,
+        cq: &Arc<RawCq>,
+        out: &'a mut MaybeUninit<sys::ibv_wc>,
+    ) -> Result<Option<&'a sys::ibv_wc>, Error> {
+        cq.poll_one(out)
     }
 
     fn set_state(&mut self, qp: &RawQp, state: sys::ibv_qp_state) -> Result<(), Error> {
