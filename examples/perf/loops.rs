@@ -312,8 +312,8 @@ fn poll_lane(
     // Nothing but the lane's two requests is ever in flight on a perf
     // queue pair's engine: nothing else can come back.
     let got = fast.poll(queue, |_| {})?;
-    done.sent += u64::from(got.sent);
-    done.received += u64::from(got.received);
+    done.sent += got.sent;
+    done.received += got.received;
     Ok(got.sent | got.received != 0)
 }
 
@@ -332,17 +332,16 @@ fn ping_pong_write(
     let mut done = Done::default();
     // Message k answers message k; the initiator sends one ahead.
     let lead = u64::from(p.initiator);
-    let mut stamps = posted.iter_mut();
     if p.initiator && p.iters > 0 {
-        send(&mut fast, &mut done, stamps.next(), 1, true, p)?;
+        send(&mut fast, &mut done, posted, 1, true, p)?;
     }
     let last_answer = p.iters.saturating_sub(lead);
-    for k in 1..=p.iters {
+    for k in 1..p.iters + 1 {
         // The counter wraps at 256 like a C char: the byte only ever
         // steps to the next value, so the wait is exact.
         wait_byte(inbox, p.size - 1, k as u8, p)?;
         if k <= last_answer {
-            send(&mut fast, &mut done, stamps.next(), k + lead, true, p)?;
+            send(&mut fast, &mut done, posted, k + lead, true, p)?;
         }
     }
     drop(fast);
@@ -369,12 +368,11 @@ fn ping_pong_send(lane: &mut Lane, posted: &mut [u64], p: &Params) -> Result<(),
     let mut done = Done::default();
     // As in `ping_pong_write`: the initiator sends one ahead.
     let lead = u64::from(p.initiator);
-    let mut stamps = posted.iter_mut();
     if p.initiator && p.iters > 0 {
-        send(&mut fast, &mut done, stamps.next(), 1, false, p)?;
+        send(&mut fast, &mut done, posted, 1, false, p)?;
     }
     let last_answer = p.iters.saturating_sub(lead);
-    for k in 1..=p.iters {
+    for k in 1..p.iters + 1 {
         let mut spin = Spin::new();
         while done.received < k {
             if !poll_lane(&mut fast, recv_queue, &mut done)? {
@@ -389,7 +387,7 @@ fn ping_pong_send(lane: &mut Lane, posted: &mut [u64], p: &Params) -> Result<(),
             recv_posted += 1;
         }
         if k <= last_answer {
-            send(&mut fast, &mut done, stamps.next(), k + lead, false, p)?;
+            send(&mut fast, &mut done, posted, k + lead, false, p)?;
         }
     }
     drop(fast);
@@ -399,20 +397,19 @@ fn ping_pong_send(lane: &mut Lane, posted: &mut [u64], p: &Params) -> Result<(),
     Ok(())
 }
 
-/// Sends message `k` of a ping-pong on its lane, timestamped into `stamp`
-/// (the table's next entry: an iterator's, with no index to check), and
-/// waits for its completion; with `write`, first stamps `k` into the last
-/// byte, which the peer spins on.
+/// Sends message `k` (from 1) of a ping-pong on its lane, timestamped into
+/// `stamps[k - 1]`, and waits for its completion; with `write`, first
+/// stamps `k` into the last byte, which the peer spins on.
 #[inline(always)]
 fn send(
     fast: &mut verbs::Lane<'_, ArenaBuf>,
     done: &mut Done,
-    stamp: Option<&mut u64>,
+    stamps: &mut [u64],
     k: u64,
     write: bool,
     p: &Params,
 ) -> Result<(), Error> {
-    *stamp.ok_or_else(no_stamp)? = ticks();
+    *stamps.get_mut((k - 1) as usize).ok_or_else(no_stamp)? = ticks();
     if write {
         // The last byte, which the peer spins on.
         fast.write_send(p.size - 1, &[k as u8])?;
