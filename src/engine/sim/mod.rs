@@ -21,6 +21,8 @@ mod device;
 mod drain;
 mod forge;
 mod lane_ops;
+#[cfg(test)]
+mod lane_recv;
 mod lifecycle;
 #[cfg(test)]
 mod limits;
