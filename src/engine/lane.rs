@@ -275,7 +275,7 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
         let Some(wc) = e.prov.poll_one(cq, &mut out)? else {
             return Ok(LanePoll::default());
         };
-        // The queue pair's and SUCCESS, in one test.
+        // The lane's queue pair number and SUCCESS, in one test.
         if (wc.qp_num ^ self.slot.qp_num) | (wc.status.0 ^ WcStatus::SUCCESS.0) == 0 {
             if let Some(seq) = id::seq_in(wc.wr_id, self.send_ids) {
                 let sent = self.slot.send.retire_filled(seq);
@@ -290,7 +290,7 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
         }
         // Nothing of the lane's counts here: the result is a constant, so
         // the hot returns above need not merge with this call's.
-        self.route(core::slice::from_ref(wc), &mut on_other)?;
+        self.route(wc, &mut on_other)?;
         Ok(LanePoll::default())
     }
 
@@ -300,13 +300,13 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
     #[inline(never)]
     fn route(
         &mut self,
-        polled: &[sys::ibv_wc],
+        wc: &sys::ibv_wc,
         on_other: &mut impl FnMut(CompletionRef<'_, B>),
     ) -> Result<(), Error> {
         let (qp, lane_recv) = (self.qp, self.recv.is_some());
         let mut failed = None;
         let back = SlotBack::new(self);
-        back.lane.engine.route(polled, &mut |c| {
+        back.lane.engine.route(core::slice::from_ref(wc), &mut |c| {
             let own = c.qp().is_some_and(|q| q.index == qp) && (lane_recv || !c.is_recv());
             if !own {
                 on_other(c);
