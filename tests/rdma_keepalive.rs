@@ -1,0 +1,100 @@
+//! A keepalive over RC: a zero-length RDMA Write that names no memory
+//! (address 0, key 0; the spec, C9-88, has the responder check no key for
+//! a zero-length Read or Write). The peer's queue pair acknowledges it
+//! without touching memory; a peer that is gone never does, and the write
+//! fails after the retries. That is how a server finds a client that died
+//! with nothing of its in flight (`examples/rpc`).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use verbs::{
+    Access, ConnectOptions, MemoryRegion, QpConfig, QueuePair, RemoteSlice, SendOp, SendRequest,
+    WcStatus,
+};
+
+type Qp = QueuePair<MemoryRegion>;
+
+/// Found dead after about timeout x (retry_cnt + 1): 4 x 67 ms.
+fn fast_failing() -> ConnectOptions {
+    ConnectOptions {
+        timeout: 14,
+        retry_cnt: 3,
+        ..ConnectOptions::default()
+    }
+}
+
+fn keepalive() -> SendRequest<MemoryRegion> {
+    SendRequest::empty(SendOp::Write(RemoteSlice::unchecked(0, 0, 0)))
+}
+
+fn status_of_keepalive(qp: &mut Qp) -> WcStatus {
+    qp.post_send(keepalive()).map_err(|e| e.error).unwrap();
+    qp.wait_one(support::deadline())
+        .expect("a completion, not a hang")
+        .status
+}
+
+#[test]
+fn a_keepalive_is_acknowledged_by_a_live_peer_and_fails_once_the_peer_is_gone() {
+    let ctx = support::test_context("keepalive_live_then_gone");
+    let pd = verbs::ProtectionDomain::new(&ctx).unwrap();
+    // The peer allows remote writes at the queue pair but registers no
+    // memory that allows them: the keepalive is all a peer can do.
+    let config = QpConfig {
+        remote_access: Access::REMOTE_WRITE,
+        ..QpConfig::default()
+    };
+    let (mut a, b): (Qp, Qp) = support::connected_pair_with(&pd, &config, &fast_failing());
+    for _ in 0..3 {
+        assert_eq!(status_of_keepalive(&mut a), WcStatus::SUCCESS);
+    }
+    // The peer's queue pair is destroyed: its number answers nothing, as
+    // a powered-off host does.
+    drop(b);
+    let started = Instant::now();
+    assert_eq!(status_of_keepalive(&mut a), WcStatus::RETRY_EXC_ERR);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "found gone after the retries (4 x 67 ms), not the test's deadline: {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_keepalive_to_a_queue_pair_that_allows_no_remote_write_is_refused_by_the_peer() {
+    let ctx = support::test_context("keepalive_needs_remote_write");
+    let pd = verbs::ProtectionDomain::new(&ctx).unwrap();
+    // The default: least privilege, nothing remote allowed. The peer is
+    // alive, but the keepalive is an invalid request to it; a peer that
+    // is to be kept alive must allow REMOTE_WRITE at its queue pair.
+    let (mut a, _b): (Qp, Qp) =
+        support::connected_pair_with(&pd, &QpConfig::default(), &fast_failing());
+    assert_eq!(status_of_keepalive(&mut a), WcStatus::REM_INV_REQ_ERR);
+}
+
+#[test]
+fn a_keepalive_carries_no_data() {
+    let ctx = support::test_context("keepalive_carries_no_data");
+    let pd = verbs::ProtectionDomain::new(&ctx).unwrap();
+    let config = QpConfig {
+        remote_access: Access::REMOTE_WRITE,
+        ..QpConfig::default()
+    };
+    let (mut a, _b): (Qp, Qp) = support::connected_pair_with(&pd, &config, &fast_failing());
+    // Data aimed at the slice that names no memory is refused before it
+    // is posted: the slice is zero bytes long.
+    let local = MemoryRegion::new(&pd, 64).unwrap();
+    let refused = a
+        .post_send(SendRequest::new(
+            SendOp::Write(RemoteSlice::unchecked(0, 0, 0)),
+            local,
+        ))
+        .expect_err("64 bytes do not fit a zero-length slice");
+    assert!(
+        refused.error.to_string().contains("remote slice"),
+        "{}",
+        refused.error
+    );
+}
