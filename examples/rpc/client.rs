@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use verbs::exchange::connect_and_exchange;
 use verbs::{
-    Arena, ArenaBuf, ConnectOptions, Context, Deadline, Engine, EngineConfig, HostBuf, Local,
-    ProtectionDomain, QpConfig, QpId, RecvRequest, SendOp, SendRequest, Transport, UdDest,
+    Access, Arena, ArenaBuf, ConnectOptions, Context, Deadline, Engine, EngineConfig, HostBuf,
+    Local, ProtectionDomain, QpConfig, QpId, RecvRequest, SendOp, SendRequest, Transport, UdDest,
     WcStatus, DEFAULT_QKEY, GRH_LEN,
 };
 
@@ -136,6 +136,13 @@ impl Client {
             },
             max_send_wr: SPARES as u32,
             max_recv_wr: 1,
+            // The server's keepalive, a zero-length RDMA Write; no memory
+            // of ours allows remote writes, so it is all a server can do.
+            remote_access: if self.ud {
+                Access::EMPTY
+            } else {
+                Access::REMOTE_WRITE
+            },
             ..QpConfig::default()
         })?;
         let ours = self.engine.endpoint(qp)?;

@@ -33,6 +33,7 @@ mod barrier;
 mod client;
 #[path = "../perf/clock.rs"]
 mod clock;
+mod keepalive;
 mod nap;
 mod proto;
 mod refusals;

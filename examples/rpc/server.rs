@@ -14,6 +14,7 @@ use verbs::{
     ProtectionDomain, QpConfig, QpId, RecvRequest, SendOp, SendRequest, SrqConfig, WcStatus,
 };
 
+use crate::keepalive::{self, Connections};
 use crate::nap::Nap;
 use crate::proto::{judge, Header, Op, Status, HEADER};
 use crate::{BoxError, Opts};
@@ -30,13 +31,20 @@ pub struct Counters {
     unknown: u64,
     pub dropped: u64,
     pub conns_gone: u64,
+    /// Of those, found by a keepalive: nothing else was in flight to them.
+    silent_gone: u64,
 }
 
 impl Counters {
     pub fn errors(&self) -> String {
         format!(
-            "malformed={} too_large={} unknown_op={} dropped={} conns_gone={}",
-            self.malformed, self.too_large, self.unknown, self.dropped, self.conns_gone
+            "malformed={} too_large={} unknown_op={} dropped={} conns_gone={} (silent {})",
+            self.malformed,
+            self.too_large,
+            self.unknown,
+            self.dropped,
+            self.conns_gone,
+            self.silent_gone
         )
     }
 }
@@ -132,13 +140,14 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         max_recv_wr: 1,
         ..QpConfig::default()
     };
-    // A dead client is found within about a second (timeout 14, 3 retries);
+    // A dead client is found within about a second (timeout 14, 3 retries)
+    // of something sent to it: a response, or a keepalive (keepalive.rs);
     // a full shared receive queue makes senders wait, not fail.
     let connect = ConnectOptions {
         retry_cnt: 3,
         ..ConnectOptions::default()
     };
-    let mut live: Vec<QpId> = Vec::new();
+    let mut live = Connections::new();
     let mut dead: Vec<QpId> = Vec::with_capacity(opts.max_conns as usize);
     let mut free: Vec<ArenaBuf> = Vec::with_capacity(buffers as usize);
     let mut scratch = vec![0u8; buf_len];
@@ -157,6 +166,8 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
             let buf = c.take_buf();
             if failed {
                 // A flushed or failed request: the connection is done.
+                n.silent_gone +=
+                    u64::from(c.tag() == keepalive::TAG && c.status() == WcStatus::RETRY_EXC_ERR);
                 if let Some(qp) = qp {
                     if !dead.contains(&qp) && dead.len() < dead.capacity() {
                         dead.push(qp);
@@ -174,6 +185,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 free.push(buf);
                 return;
             };
+            live.heard_from(qp);
             n.requests += 1;
             match respond(
                 buf,
@@ -206,8 +218,10 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
             }
         }
         for qp in dead.drain(..) {
-            if engine.remove_qp(qp).is_ok() {
-                live.retain(|&q| q != qp);
+            // A failed destroy leaks the queue pair; the connection is
+            // gone either way.
+            let _ = engine.remove_qp(qp);
+            if live.remove(qp) {
                 n.conns_gone += 1;
             }
         }
@@ -219,6 +233,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         }
         if polls % 512 == 0 || slept {
             accept(&server, &mut engine, &qp_config, &connect, &mut live, opts)?;
+            live.keep_alive(&mut engine, Instant::now());
             summary.tick(&n, live.len());
             if summary.over(opts.seconds) {
                 break;
@@ -293,7 +308,7 @@ fn accept(
     engine: &mut Engine<ArenaBuf>,
     qp_config: &QpConfig,
     connect: &ConnectOptions,
-    live: &mut Vec<QpId>,
+    live: &mut Connections,
     opts: &Opts,
 ) -> Result<(), BoxError> {
     while let Ok(hs) = server.next_client(Deadline::after(Duration::ZERO)) {
@@ -314,7 +329,7 @@ fn accept(
             }
         };
         match hs.reply(&ours) {
-            Ok(_session) => live.push(qp),
+            Ok(_session) => live.add(qp),
             Err(e) => {
                 eprintln!("server: a client left during its handshake: {e}");
                 engine.remove_qp(qp)?;
