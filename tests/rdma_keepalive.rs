@@ -10,8 +10,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use verbs::{
-    Access, ConnectOptions, MemoryRegion, QpConfig, QueuePair, RemoteSlice, SendOp, SendRequest,
-    WcStatus,
+    Access, ConnectOptions, MemoryRegion, ProtectionDomain, QpConfig, QueuePair, RemoteSlice,
+    SendOp, SendRequest, WcStatus,
 };
 
 type Qp = QueuePair<MemoryRegion>;
@@ -23,6 +23,17 @@ fn fast_failing() -> ConnectOptions {
         retry_cnt: 3,
         ..ConnectOptions::default()
     }
+}
+
+/// A connected pair whose queue pairs allow `remote_access`.
+fn pair(test: &str, remote_access: Access) -> (ProtectionDomain, Qp, Qp) {
+    let pd = ProtectionDomain::new(&support::test_context(test)).unwrap();
+    let config = QpConfig {
+        remote_access,
+        ..QpConfig::default()
+    };
+    let (a, b) = support::connected_pair_with(&pd, &config, &fast_failing());
+    (pd, a, b)
 }
 
 fn keepalive() -> SendRequest<MemoryRegion> {
@@ -38,15 +49,9 @@ fn status_of_keepalive(qp: &mut Qp) -> WcStatus {
 
 #[test]
 fn a_keepalive_is_acknowledged_by_a_live_peer_and_fails_once_the_peer_is_gone() {
-    let ctx = support::test_context("keepalive_live_then_gone");
-    let pd = verbs::ProtectionDomain::new(&ctx).unwrap();
     // The peer allows remote writes at the queue pair but registers no
     // memory that allows them: the keepalive is all a peer can do.
-    let config = QpConfig {
-        remote_access: Access::REMOTE_WRITE,
-        ..QpConfig::default()
-    };
-    let (mut a, b): (Qp, Qp) = support::connected_pair_with(&pd, &config, &fast_failing());
+    let (_pd, mut a, b) = pair("keepalive_live_then_gone", Access::REMOTE_WRITE);
     for _ in 0..3 {
         assert_eq!(status_of_keepalive(&mut a), WcStatus::SUCCESS);
     }
@@ -64,25 +69,16 @@ fn a_keepalive_is_acknowledged_by_a_live_peer_and_fails_once_the_peer_is_gone() 
 
 #[test]
 fn a_keepalive_to_a_queue_pair_that_allows_no_remote_write_is_refused_by_the_peer() {
-    let ctx = support::test_context("keepalive_needs_remote_write");
-    let pd = verbs::ProtectionDomain::new(&ctx).unwrap();
     // The default: least privilege, nothing remote allowed. The peer is
     // alive, but the keepalive is an invalid request to it; a peer that
     // is to be kept alive must allow REMOTE_WRITE at its queue pair.
-    let (mut a, _b): (Qp, Qp) =
-        support::connected_pair_with(&pd, &QpConfig::default(), &fast_failing());
+    let (_pd, mut a, _b) = pair("keepalive_needs_remote_write", Access::EMPTY);
     assert_eq!(status_of_keepalive(&mut a), WcStatus::REM_INV_REQ_ERR);
 }
 
 #[test]
 fn a_keepalive_carries_no_data() {
-    let ctx = support::test_context("keepalive_carries_no_data");
-    let pd = verbs::ProtectionDomain::new(&ctx).unwrap();
-    let config = QpConfig {
-        remote_access: Access::REMOTE_WRITE,
-        ..QpConfig::default()
-    };
-    let (mut a, _b): (Qp, Qp) = support::connected_pair_with(&pd, &config, &fast_failing());
+    let (pd, mut a, _b) = pair("keepalive_carries_no_data", Access::REMOTE_WRITE);
     // Data aimed at the slice that names no memory is refused before it
     // is posted: the slice is zero bytes long.
     let local = MemoryRegion::new(&pd, 64).unwrap();
