@@ -66,8 +66,14 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
     };
     config.paths.retry.validate()?;
 
+    // Where a drill that hangs at its start got to.
+    println!("client: connecting to {host}:{}", opts.port);
     let mut session =
         exchange::connect((host, opts.port), Deadline::after(Duration::from_secs(120)))?;
+    println!(
+        "client: connected after {:.2} s",
+        opts.t0.elapsed().as_secs_f64()
+    );
     let shape = ((devs.len() as u64) << 32) | opts.qps as u64;
     proto::send(&mut session, proto::SETUP, len, shape)?;
     proto::send(&mut session, proto::SETUP, u64::from(opts.read), chunk_len)?;

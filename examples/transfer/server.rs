@@ -28,6 +28,8 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
     let listener = Listener::bind(("0.0.0.0", opts.port))?;
     println!("server: listening on port {}", opts.port);
     let mut session = listener.accept(Deadline::after(IDLE))?;
+    // Where a drill that hangs at its start got to.
+    println!("server: a client connected");
     let (cmd, len, shape) = proto::recv(&mut session, IDLE)?;
     let (_, op, chunk_len) = proto::recv(&mut session, IDLE)?;
     if cmd != proto::SETUP || chunk_len == 0 {
