@@ -184,7 +184,7 @@ impl<B: NicBuf> QueuePair<B> {
             .unwrap_or_else(|_| unreachable_own())
     }
 
-    /// An identity to compare with [`crate::AsyncEvent::element`].
+    /// An identity to compare with [`crate::device::AsyncEvent::element`].
     pub fn raw_id(&self) -> usize {
         self.engine
             .raw_id(self.id)
@@ -205,7 +205,7 @@ impl<B: NicBuf> QueuePair<B> {
         self.engine.post_send(self.id, req)
     }
 
-    /// Posts up to [`crate::MAX_CHAIN`] requests with one doorbell (see
+    /// Posts up to [`crate::engine::MAX_CHAIN`] requests with one doorbell (see
     /// [`Engine::post_send_chain`]).
     pub fn post_send_chain(&mut self, reqs: &mut [Option<SendRequest<B>>]) -> Result<usize, Error> {
         self.engine.post_send_chain(self.id, reqs)

@@ -5,9 +5,8 @@
 
 use core::mem::ManuallyDrop;
 
-use crate::error::Error;
+use crate::error::{site, Error};
 use crate::memory::NicBuf;
-use crate::site;
 use crate::sys;
 
 /// Most scatter/gather entries one request carries.

@@ -3,10 +3,9 @@
 //! memory (bounds-checked against the peer's descriptor).
 
 use crate::endpoint::RemoteRegion;
-use crate::error::Error;
+use crate::error::{site, Error};
 use crate::memory::{HostBuf, NicBuf};
 use crate::sgl::{Local, Sgl};
-use crate::site;
 
 /// A checked range of a peer's region: where an RDMA Write, Read or atomic goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -280,10 +280,6 @@ fn edges(krate: &Crate) -> BTreeMap<String, BTreeSet<String>> {
     for (module, (_, code)) in &krate.modules {
         let mut targets = BTreeSet::new();
         for path in paths(code) {
-            // `site!` is exported at the crate root, as macros must be.
-            if path == "crate::site" {
-                continue;
-            }
             if let Some(target) = resolve(module, &path, &names) {
                 if &target != module {
                     targets.insert(target);

@@ -20,12 +20,11 @@ use std::net::SocketAddr;
 
 use crate::device::Context;
 use crate::engine::{Engine, EngineConfig, QpConfig, QpState};
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
 use crate::pd::ProtectionDomain;
 use crate::qp::QueuePair;
 use crate::raw::cm::{CmEvent, RawCmChannel, RawCmId};
-use crate::site;
 use crate::sys::rdmacm::rdma_cm_event_type as Ev;
 use crate::time::Deadline;
 

@@ -3,8 +3,7 @@
 use alloc::vec::Vec;
 
 use crate::endpoint::RemoteRegion;
-use crate::error::Error;
-use crate::site;
+use crate::error::{site, Error};
 
 /// Encodes up to 2 (connect) or 9 (accept) memory descriptors as private
 /// data: a count byte, then per region addr (8), len (8), rkey (4), big-endian.

@@ -3,9 +3,8 @@
 
 use alloc::string::String;
 
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::gid::Gid;
-use crate::site;
 
 pub use crate::sys::ibv_gid_type as GidType;
 

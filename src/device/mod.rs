@@ -5,10 +5,9 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::gid::Gid;
 use crate::raw::{raw_devices, RawContext};
-use crate::site;
 use crate::sys;
 
 mod gid_table;

@@ -11,9 +11,8 @@
 
 use alloc::vec::Vec;
 
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::raw::RawAh;
-use crate::site;
 
 /// An address handle of an engine: valid on the engine that created it
 /// (so in its protection domain, on its device), until it is removed. A

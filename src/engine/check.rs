@@ -3,8 +3,7 @@
 //! otherwise refuse late (a Read longer than its remote slice, an atomic
 //! on an unaligned word, inline data above the grant).
 
-use crate::error::{Error, ErrorKind};
-use crate::site;
+use crate::error::{site, Error, ErrorKind};
 use crate::sys::ibv_wc_opcode as WcOpcode;
 use crate::wr::{RemoteSlice, SendOp};
 

@@ -3,9 +3,8 @@
 //! moved only on `take_buf`) or owned ([`Completion`]). Buffers the callback
 //! leaves are dropped when it returns: the device is done with them.
 
-use crate::error::Error;
+use crate::error::{site, Error};
 use crate::sgl::Sgl;
-use crate::site;
 use crate::sys::{self, ibv_wc_opcode as WcOpcode, ibv_wc_status as WcStatus};
 
 use super::prepared_table::{Prepared, PreparedTable};
@@ -111,7 +110,7 @@ impl<B> CompletionRef<'_, B> {
     }
 
     /// The entry's flags as the library wrote them: `GRH` (a datagram
-    /// receive whose first [`crate::GRH_LEN`] bytes hold the routing
+    /// receive whose first [`crate::grh::GRH_LEN`] bytes hold the routing
     /// header), `WITH_IMM`, ... (empty for an unsignaled request).
     #[inline]
     pub fn wc_flags(&self) -> sys::ibv_wc_flags {
@@ -122,7 +121,7 @@ impl<B> CompletionRef<'_, B> {
         }
     }
 
-    /// Where a receive's payload starts in its buffer: [`crate::GRH_LEN`]
+    /// Where a receive's payload starts in its buffer: [`crate::grh::GRH_LEN`]
     /// on a datagram queue pair when the entry has `IBV_WC_GRH` (every UD
     /// receive on RoCE), else 0; [`CompletionRef::byte_len`] counts those
     /// bytes too. A connected queue pair's buffer holds no GRH, whatever

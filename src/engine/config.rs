@@ -6,7 +6,7 @@ use crate::memory::Access;
 use crate::sgl::MAX_SGE;
 use crate::sys;
 
-/// Most requests posted with one doorbell by [`crate::Engine::post_send_chain`].
+/// Most requests posted with one doorbell by [`crate::engine::Engine::post_send_chain`].
 pub const MAX_CHAIN: usize = 32;
 
 /// A queue pair's transport (primer 1.4).
@@ -23,7 +23,7 @@ pub enum Transport {
     /// - no receiver-not-ready wait: a Send or Write-with-immediate that
     ///   finds no posted receive is dropped;
     /// - no RDMA Read and no atomics (they need a response): refused with
-    ///   [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported) before
+    ///   [`ErrorKind::Unsupported`](crate::error::ErrorKind::Unsupported) before
     ///   anything is posted.
     ///
     /// Write, Write-with-immediate and Send remain.
@@ -33,26 +33,26 @@ pub enum Transport {
     /// QPN and Q_Key: [`crate::engine::UdDest`]). What it gives up and
     /// asks for:
     /// - Send and Send-with-immediate only, posted with
-    ///   [`crate::Engine::post_ud_send`]; RDMA Write, Read and atomics are
-    ///   refused with [`ErrorKind::Unsupported`](crate::ErrorKind::Unsupported)
+    ///   [`crate::engine::Engine::post_ud_send`]; RDMA Write, Read and atomics are
+    ///   refused with [`ErrorKind::Unsupported`](crate::error::ErrorKind::Unsupported)
     ///   before anything is posted, and so is `post_send` (it names no
     ///   destination);
     /// - a message is at most the port's active MTU (and
     ///   [`QpConfig::max_mtu`]): larger is refused before posting
-    ///   ([`crate::Engine::ud_max_payload`]);
+    ///   ([`crate::engine::Engine::ud_max_payload`]);
     /// - no acknowledgement, no retransmission, no receiver-not-ready wait:
     ///   a message that finds no posted receive, or a receive too short, is
     ///   dropped silently;
-    /// - every receive starts with [`crate::GRH_LEN`] bytes the device fills
+    /// - every receive starts with [`crate::grh::GRH_LEN`] bytes the device fills
     ///   with the packet's routing header: a receive buffer needs room for
     ///   them and the payload (`post_recv` and `prepare_recv` refuse one
     ///   shorter than `GRH_LEN + 1`; a shared receive queue's receives are
     ///   not the queue pair's to check: size them yourself).
     ///
-    /// Prepared sends, memory windows and the [`crate::QueuePair`] front
-    /// are connected-only: a UD queue pair lives on an [`crate::Engine`].
+    /// Prepared sends, memory windows and the [`crate::qp::QueuePair`] front
+    /// are connected-only: a UD queue pair lives on an [`crate::engine::Engine`].
     ///
-    /// Connected with [`crate::Engine::ready_ud`] (INIT -> RTR -> RTS, no
+    /// Connected with [`crate::engine::Engine::ready_ud`] (INIT -> RTR -> RTS, no
     /// peer), never with `connect`.
     Ud,
 }
@@ -148,10 +148,10 @@ pub struct EngineConfig {
     /// maximum if lower. Every queue pair's depths count against it, so the
     /// queue can never overflow (an overflowed CQ is dead).
     pub cq_depth: Option<u32>,
-    /// A completion channel, so [`crate::Engine::wait`] sleeps instead of spinning.
+    /// A completion channel, so [`crate::engine::Engine::wait`] sleeps instead of spinning.
     pub events: bool,
     /// Receive completions on a queue of their own, as perftest's send
-    /// tests set up: [`crate::Engine::poll_queue`] then takes one side's.
+    /// tests set up: [`crate::engine::Engine::poll_queue`] then takes one side's.
     pub separate_recv_cq: bool,
     /// A shared receive queue: every queue pair of the engine receives
     /// through it, and a receive comes back with its buffer.
@@ -209,7 +209,7 @@ pub struct ConnectOptions {
     /// through the IP route, the kernel puts the route's hop limit in the
     /// GRH (`net.ipv4.ip_default_ttl`, 64, unless the route sets
     /// `hoplimit`; the netdev's IPv6 hop limit for IPv6 GIDs), whatever is
-    /// asked here; [`crate::QpAttributes::hop_limit`] shows what is in
+    /// asked here; [`crate::engine::QpAttributes::hop_limit`] shows what is in
     /// effect. It is used as given on InfiniBand with a GRH.
     pub hop_limit: u8,
     /// GRH traffic class (RoCE: the IP header's DSCP and ECN bits, so DSCP

@@ -4,9 +4,8 @@
 use alloc::vec::Vec;
 
 use crate::endpoint::{Endpoint, Mtu};
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
-use crate::site;
 use crate::sys::{self, ibv_qp_attr_mask as M, Zeroed};
 use crate::time::Deadline;
 

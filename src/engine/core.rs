@@ -6,9 +6,8 @@
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
-use crate::site;
 
 use super::ah_table::AhTable;
 use super::doorbell::{Provider, Verbs};

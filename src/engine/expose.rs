@@ -4,10 +4,9 @@
 //! window's accesses against the whole region (rxe_resp.c, check_rkey), so
 //! a window there would grant the whole arena: the engine never binds one.
 
-use crate::error::Error;
+use crate::error::{site, Error};
 use crate::memory::{check_access, Access, ArenaBuf, ExposedBuf, NicBuf};
 use crate::raw::RawMw;
-use crate::site;
 use crate::sys::ibv_wc_opcode as WcOpcode;
 
 use super::check::{cannot_send, post_hint};

@@ -18,10 +18,9 @@
 
 use core::mem::MaybeUninit;
 
-use crate::error::Error;
+use crate::error::{site, Error};
 use crate::memory::{HostBuf, NicBuf};
 use crate::sgl::Sgl;
-use crate::site;
 use crate::sys::{self, ibv_wc_status as WcStatus};
 
 use super::check::{cannot_recv, cannot_send_on, post_hint};

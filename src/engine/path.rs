@@ -3,9 +3,8 @@
 
 use crate::device::{GidEntry, LinkLayer};
 use crate::endpoint::{Endpoint, Mtu};
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::gid::Gid;
-use crate::site;
 
 /// How the QP reaches the peer: decided from the local port and the peer's
 /// endpoint by [`PathInfo::plan`].

@@ -6,9 +6,8 @@
 
 use core::mem::MaybeUninit;
 
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
-use crate::site;
 use crate::sys::{self, ibv_wc_status as WcStatus};
 use crate::time::Deadline;
 

@@ -3,9 +3,8 @@
 //! ring. No heap allocation, no lock: work requests are built on the stack,
 //! the rings were sized at setup.
 
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
-use crate::site;
 use crate::wr::{RecvRequest, SendOp, SendRequest};
 
 use super::check::{

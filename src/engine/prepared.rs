@@ -7,9 +7,8 @@
 //! while the entry's latest post is in flight: queues complete in order, so
 //! that one post in flight is exactly when the device may use them.
 
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::memory::{HostBuf, NicBuf};
-use crate::site;
 use crate::sys::ibv_wc_opcode as WcOpcode;
 use crate::wr::{RecvRequest, SendRequest};
 

@@ -4,9 +4,8 @@
 //! single `post_prepared` records it, so completions, loans and release
 //! treat a chained post like any other.
 
-use crate::error::Error;
+use crate::error::{site, Error};
 use crate::memory::NicBuf;
-use crate::site;
 
 use super::check::{cannot_send, post_hint};
 use super::config::MAX_CHAIN;

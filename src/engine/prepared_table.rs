@@ -4,9 +4,8 @@
 
 use alloc::vec::Vec;
 
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::sgl::Sgl;
-use crate::site;
 use crate::sys::ibv_wc_opcode as WcOpcode;
 
 use super::doorbell::PreparedWr;

@@ -6,12 +6,11 @@
 use alloc::sync::Arc;
 
 use crate::device::{choose_gid, validate_gid_index, Context, GidEntry, LinkLayer, PortAttr};
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
 use crate::pd::ProtectionDomain;
 use crate::raw::{RawChannel, RawCq, RawSrq};
 use crate::sgl::MAX_SGE;
-use crate::site;
 use crate::sys::{self, ibv_qp_attr_mask as M, Zeroed};
 use crate::time::Deadline;
 

@@ -6,9 +6,8 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::sgl::Sgl;
-use crate::site;
 
 use super::id::{self, GEN_MASK};
 

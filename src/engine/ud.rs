@@ -5,13 +5,12 @@
 //! (Send only, at most the MTU), and the address handles' lifetime.
 //!
 //! Receives are the connected queue pairs' (`post_recv`, the same rings);
-//! each starts with [`GRH_LEN`](crate::GRH_LEN) bytes of header (`crate::grh`).
+//! each starts with [`GRH_LEN`](crate::grh::GRH_LEN) bytes of header (`crate::grh`).
 
 use crate::endpoint::Mtu;
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::gid::Gid;
 use crate::memory::NicBuf;
-use crate::site;
 use crate::sys::{self, ibv_qp_attr_mask as M, Zeroed};
 use crate::wr::{SendOp, SendRequest};
 
@@ -149,7 +148,7 @@ impl<B: NicBuf> Engine<B, Verbs> {
 impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// The largest datagram `qp` sends or receives: its port's active MTU
     /// (read when it was created), at most [`super::QpConfig::max_mtu`].
-    /// A receive buffer needs [`GRH_LEN`](crate::GRH_LEN) bytes more.
+    /// A receive buffer needs [`GRH_LEN`](crate::grh::GRH_LEN) bytes more.
     pub fn ud_max_payload(&self, qp: QpId) -> Result<u32, Error> {
         let slot = self.slot(qp)?;
         if slot.transport != Transport::Ud {

@@ -15,7 +15,7 @@ mod names;
 pub use names::{errno_name, wc_status_explanation};
 
 /// Where an error happened: the call or step, and what to tell the user.
-/// Built as a constant with [`site!`](crate::site), so it costs nothing at
+/// Built as a constant with [`site!`](crate::error::site), so it costs nothing at
 /// run time.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Site {
@@ -53,6 +53,10 @@ macro_rules! site {
         }
     };
 }
+/// The crate's own modules name the macro through the module that defines
+/// it (`crate::error::site`), not through the crate root where
+/// `#[macro_export]` also puts it for users.
+pub use site;
 
 /// What went wrong, without the context of which call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

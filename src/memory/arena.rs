@@ -21,16 +21,15 @@
 //!   which would hoard registered (pinned) memory per thread.
 //! - Least privilege: the region is registered without remote access unless
 //!   the caller opts in ([`ArenaConfig::whole_region_access`]); a peer gets
-//!   one buffer through [`crate::Engine::expose`].
+//!   one buffer through [`crate::engine::Engine::expose`].
 
 use alloc::boxed::Box;
 use core::ptr::NonNull;
 
 use crate::endpoint::RemoteRegion;
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::pd::ProtectionDomain;
 use crate::raw::{PageMemory, RawMr};
-use crate::site;
 use crate::tlsf::{Stats, TlsfError};
 
 use super::carve::{arena_tlsf, Carver};

@@ -1,8 +1,7 @@
 //! The two contracts a buffer meets ([`NicBuf`], [`HostBuf`]) and the
 //! volatile copies that are sound while a NIC may write the memory.
 
-use crate::error::{Error, ErrorKind};
-use crate::site;
+use crate::error::{site, Error, ErrorKind};
 
 /// Registered memory a queue may own while a work request uses it.
 ///

@@ -5,9 +5,8 @@
 //! failed invalidation leaks the buffer.
 
 use crate::endpoint::RemoteRegion;
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::raw::{RawMr, RawMw};
-use crate::site;
 
 use super::arena::ArenaBuf;
 use super::contract::{check_range, volatile_copy_in, volatile_copy_out, HostBuf, NicBuf};

@@ -6,8 +6,7 @@ use alloc::vec::Vec;
 use core::ptr::NonNull;
 use std::net::SocketAddr;
 
-use crate::error::Error;
-use crate::site;
+use crate::error::{site, Error};
 use crate::sys::rdmacm::{self as cm, rdma_cm_event_type as Ev};
 
 use super::device::RawContext;

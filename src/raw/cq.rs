@@ -5,8 +5,7 @@ use core::mem::{ManuallyDrop, MaybeUninit};
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU32, Ordering};
 
-use crate::error::Error;
-use crate::site;
+use crate::error::{site, Error};
 use crate::sys;
 
 use super::device::RawContext;

@@ -6,8 +6,7 @@ use alloc::vec::Vec;
 use core::ffi::CStr;
 use core::ptr::NonNull;
 
-use crate::error::Error;
-use crate::site;
+use crate::error::{site, Error};
 use crate::sys::{self, Zeroed};
 
 use super::os::wait_readable;

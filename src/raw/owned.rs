@@ -6,8 +6,7 @@ use alloc::boxed::Box;
 use alloc::vec::Vec;
 use core::ptr::NonNull;
 
-use crate::error::Error;
-use crate::site;
+use crate::error::{site, Error};
 
 use super::mr::StableMemory;
 use super::os::page_size;

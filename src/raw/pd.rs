@@ -4,8 +4,7 @@ use alloc::sync::Arc;
 use core::mem::ManuallyDrop;
 use core::ptr::NonNull;
 
-use crate::error::Error;
-use crate::site;
+use crate::error::{site, Error};
 use crate::sys;
 
 use super::device::RawContext;

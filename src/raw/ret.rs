@@ -110,7 +110,7 @@ mod tests {
 
     #[test]
     fn each_convention_names_the_errno() {
-        let site = crate::site!("call");
+        let site = crate::error::site!("call");
         assert!(check_rc(site, 0).is_ok());
         assert_eq!(
             check_rc(site, libc::EINVAL).unwrap_err().errno(),

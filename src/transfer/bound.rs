@@ -5,8 +5,7 @@
 use core::time::Duration;
 
 use crate::engine::ConnectOptions;
-use crate::error::Error;
-use crate::site;
+use crate::error::{site, Error};
 
 /// The RC transport retry policy of every path: local ACK timeout code
 /// and transport retry count.

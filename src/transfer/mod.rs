@@ -6,7 +6,7 @@
 //!
 //! - `bound`: the retry policy every path connects with, the detection
 //!   bound it implies ([`DetectionBound`]), and each path's
-//!   [`ConnectOptions`](crate::ConnectOptions) (its own flow label, so
+//!   [`ConnectOptions`](crate::engine::ConnectOptions) (its own flow label, so
 //!   RoCEv2 gives it its own UDP source port for ECMP to hash).
 //! - `config`: what a transfer is given ([`TransferConfig`], [`Plane`],
 //!   [`PeerControl`]) and why only Writes and Reads ([`TransferOp`]).
@@ -16,7 +16,7 @@
 //!
 //! # Shape
 //!
-//! One [`Engine`](crate::Engine) per device (a *plane*), because an
+//! One [`Engine`](crate::engine::Engine) per device (a *plane*), because an
 //! engine's queue pairs share one completion queue and protection domain,
 //! and both belong to one device context. The transfer owns the planes'
 //! engines and polls them in turn from one thread: [`Transfer::step`]

@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::device::PortState;
 use crate::endpoint::Endpoint;
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
-use crate::site;
 use crate::sys::ibv_event_type as Event;
 use crate::time::Deadline;
 use crate::wr::{RemoteSlice, SendOp, SendRequest};

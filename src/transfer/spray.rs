@@ -7,10 +7,9 @@ use alloc::vec::Vec;
 use std::time::{Duration, Instant};
 
 use crate::engine::{CompletionRef, QpId};
-use crate::error::{Error, ErrorKind};
+use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
 use crate::sgl::Local;
-use crate::site;
 use crate::sys::ibv_wc_status as WcStatus;
 use crate::wr::{RemoteSlice, SendOp, SendRequest};
 

@@ -1,4 +1,4 @@
-//! The crate's versioned wire format for exchanging [`Endpoint`](crate::Endpoint)s.
+//! The crate's versioned wire format for exchanging [`Endpoint`](crate::endpoint::Endpoint)s.
 //!
 //! Two processes on different hosts (possibly different endianness,
 //! possibly different versions of this crate) must agree on every byte, so

@@ -1,8 +1,7 @@
 //! Building a send work request from its checked description: only data
 //! opcodes, whose union members carry no pointer.
 
-use crate::error::Error;
-use crate::site;
+use crate::error::{site, Error};
 use crate::sys::{self, ibv_send_flags as F, ibv_wr_opcode as O, Zeroed};
 use crate::wr::SendOp;
 

@@ -26,7 +26,7 @@
 //! - a datagram names an address handle the engine's table keeps alive
 //!   while any UD send is in flight (`ah_table.rs`).
 //!
-//! [`ExposedBuf`]: crate::ExposedBuf
+//! [`ExposedBuf`]: crate::memory::ExposedBuf
 #![allow(unsafe_code)]
 
 use core::mem::MaybeUninit;
@@ -38,11 +38,10 @@ mod provider;
 mod raw_send;
 mod ud;
 
-use crate::error::Error;
+use crate::error::{site, Error};
 use crate::memory::{ArenaBuf, NicBuf};
 use crate::raw::{PageMemory, RawMr, RawMw, RawQp};
 use crate::sgl::{Sgl, MAX_SGE};
-use crate::site;
 use crate::sys::{self, ibv_send_flags as F, ibv_wr_opcode as O, Zeroed};
 use crate::wr::SendOp;
 
@@ -64,7 +63,7 @@ pub(crate) struct OwnSend<'a, B> {
     pub(crate) meta: SendMeta,
     pub(crate) fence: bool,
     pub(crate) solicited: bool,
-    /// Only requests of [`crate::HostBuf`]s get here with it set (see
+    /// Only requests of [`crate::memory::HostBuf`]s get here with it set (see
     /// `SendRequest::inline`): the provider reads their bytes at post time.
     pub(crate) inline: bool,
 }

@@ -3,10 +3,9 @@
 use alloc::boxed::Box;
 use core::ptr::NonNull;
 
-use crate::error::Error;
+use crate::error::{site, Error};
 use crate::memory::NicBuf;
 use crate::sgl::{Sgl, MAX_SGE};
-use crate::site;
 use crate::sys::{self, ibv_send_flags as F, Zeroed};
 use crate::wr::SendOp;
 

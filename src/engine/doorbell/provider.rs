@@ -4,9 +4,8 @@
 use alloc::sync::Arc;
 use core::mem::MaybeUninit;
 
-use crate::error::Error;
+use crate::error::{site, Error};
 use crate::raw::{PostFailed, RawCq, RawQp, RawSrq};
-use crate::site;
 use crate::sys;
 
 /// Where an engine's work requests go: the device ([`Verbs`]) or, in the

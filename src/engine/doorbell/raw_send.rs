@@ -7,7 +7,7 @@ use crate::sys;
 use super::provider::Provider;
 
 /// Work requests the safe layer does not build (another opcode, a flag it
-/// does not offer), checked by nobody: [`crate::Engine::post_send_raw`]
+/// does not offer), checked by nobody: [`crate::engine::Engine::post_send_raw`]
 /// posts them as they are. Their completions come back from `poll` with
 /// their own `wr_id` as the tag and no buffers.
 pub struct RawSend<'a> {
@@ -26,7 +26,7 @@ impl<'a> RawSend<'a> {
     ///   a later signaled request on its queue) has been polled; every
     ///   pointer a request carries (a window, an address handle) stays valid
     ///   as long.
-    /// - Each `wr_id` is below [`crate::RAW_ID_LIMIT`].
+    /// - Each `wr_id` is below [`crate::engine::RAW_ID_LIMIT`].
     /// - The requests fit the queue beside the engine's own: at most the
     ///   send ring's room (`max_send_wr` minus the requests in flight), or
     ///   the completion queue can overflow.

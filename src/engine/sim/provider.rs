@@ -6,9 +6,8 @@
 use alloc::vec::Vec;
 use core::mem::MaybeUninit;
 
-use crate::error::Error;
+use crate::error::{site, Error};
 use crate::raw::PostFailed;
-use crate::site;
 use crate::sys;
 
 use super::super::doorbell::Provider;
