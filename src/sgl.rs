@@ -57,6 +57,9 @@ impl<B: NicBuf> From<B> for Local<B> {
     }
 }
 
+/// The entries of a list after its first (`Sgl::move_out`).
+pub(crate) type Rest<B> = [Option<Local<B>>; MAX_SGE - 1];
+
 /// Up to [`MAX_SGE`] local buffers, a prefix of the array in use.
 #[derive(Debug)]
 pub(crate) struct Sgl<B> {
@@ -74,6 +77,19 @@ impl<B> Drop for Sgl<B> {
         if self.n != 0 {
             drop_items(&mut self.items);
         }
+    }
+}
+
+/// `Sgl::from_parts` of more than one buffer: by exception. Some may have
+/// been taken out (a hole): the count covers the last one held.
+#[cold]
+fn from_many<B>(first: Option<Local<B>>, rest: Rest<B>) -> Sgl<B> {
+    let [a, b, c] = rest;
+    let items = [first, a, b, c];
+    let n = items.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+    Sgl {
+        n: n as u8,
+        items: ManuallyDrop::new(items),
     }
 }
 
@@ -120,7 +136,18 @@ impl<B> Sgl<B> {
     }
 
     /// Bytes the request uses, over every entry.
+    #[inline(always)]
     pub(crate) fn total_len(&self) -> usize {
+        match (self.n, &self.items[0]) {
+            (0, _) => 0,
+            (1, Some(l)) => l.len,
+            _ => self.total_len_of_many(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn total_len_of_many(&self) -> usize {
         self.items.iter().flatten().map(|l| l.len).sum()
     }
 
@@ -167,6 +194,42 @@ impl<B> Sgl<B> {
         }
     }
 
+    /// Moves the entries out, leaving the list empty: the first, and the
+    /// rest only when there is more than one (the common single buffer
+    /// costs one move).
+    #[inline(always)]
+    pub(crate) fn move_out(&mut self) -> (Option<Local<B>>, Option<Rest<B>>) {
+        let n = self.n;
+        self.n = 0;
+        let [s0, s1, s2, s3] = &mut *self.items;
+        let first = s0.take();
+        if n <= 1 {
+            return (first, None);
+        }
+        (first, Some([s1.take(), s2.take(), s3.take()]))
+    }
+
+    /// The list of `first` and `rest` (as `move_out` gave them).
+    #[inline(always)]
+    pub(crate) fn from_parts(first: Option<Local<B>>, rest: Option<Rest<B>>) -> Sgl<B> {
+        match rest {
+            None => Sgl {
+                n: u8::from(first.is_some()),
+                items: ManuallyDrop::new([first, None, None, None]),
+            },
+            Some(rest) => from_many(first, rest),
+        }
+    }
+
+    /// True when every entry below the count still holds its buffer
+    /// (none was taken out): what a list posted again must be.
+    pub(crate) fn is_whole(&self) -> bool {
+        self.items
+            .iter()
+            .take(usize::from(self.n))
+            .all(Option::is_some)
+    }
+
     /// Every buffer, in order.
     pub(crate) fn into_bufs(mut self) -> impl Iterator<Item = B> {
         self.n = 0;
@@ -203,7 +266,8 @@ impl<B: NicBuf> Sgl<B> {
             .zip(self.items.iter())
             .take(usize::from(self.n))
         {
-            let Some(l) = l else { break };
+            // A list with a buffer taken out is never posted again.
+            let Some(l) = l else { return Err(taken()) };
             let Ok(length) = u32::try_from(l.len) else {
                 return Err(too_long());
             };
@@ -240,6 +304,14 @@ fn outside() -> Error {
     Error::invalid(site!(
         "post",
         "a scatter/gather range past the end of its buffer (a shorter buffer swapped in?)"
+    ))
+}
+
+#[cold]
+fn taken() -> Error {
+    Error::invalid(site!(
+        "post",
+        "a scatter/gather list with a buffer taken out of it"
     ))
 }
 

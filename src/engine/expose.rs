@@ -9,9 +9,10 @@ use crate::memory::{check_access, Access, ArenaBuf, ExposedBuf, NicBuf};
 use crate::raw::RawMw;
 use crate::sys::ibv_wc_opcode as WcOpcode;
 
-use super::check::{cannot_send, post_hint};
+use super::check::{cannot_send, engine_full, post_hint};
 use super::core::Engine;
 use super::doorbell::{self, Verbs};
+use super::flights::NOT_PREPARED;
 use super::qp_slot::QpId;
 
 impl<B: NicBuf> Engine<B, Verbs> {
@@ -46,12 +47,15 @@ impl<B: NicBuf> Engine<B, Verbs> {
             ));
             return Err((e, buf));
         }
-        let (prov, slot) = match self.split(qp) {
+        let (prov, slot, flights) = match self.parts(qp) {
             Ok(s) => s,
             Err(e) => return Err((e, buf)),
         };
         if slot.send.len() >= slot.send_room {
             return Err((cannot_send(slot.state), buf));
+        }
+        if flights[0].available() == 0 {
+            return Err((engine_full(), buf));
         }
         let mut mw = match RawMw::alloc(&prov.pd.raw) {
             Ok(mw) => mw,
@@ -72,7 +76,7 @@ impl<B: NicBuf> Engine<B, Verbs> {
         // From the post on, the window keeps the buffer until deallocated.
         mw.keep(buf);
         slot.unsignaled_run = 0;
-        slot.send.push(tag, WcOpcode::BIND_MW);
+        flights[0].push_bare(&mut slot.send, tag, WcOpcode::BIND_MW, NOT_PREPARED, 0);
         Ok(ExposedBuf::window(mw, rkey))
     }
 }

@@ -11,7 +11,7 @@ use crate::sgl::Local;
 use crate::sys::ibv_wc_status as WcStatus;
 use crate::wr::{SendOp, SendRequest};
 
-use super::device::SimBuf;
+use super::device::{Sim, SimBuf};
 use super::model::{self, Home};
 use super::run::{buf, Run};
 
@@ -29,7 +29,7 @@ impl Run {
             polls = polls.saturating_sub(1);
             more
         };
-        let mut on_done = |mut c: CompletionRef<'_, SimBuf>| {
+        let mut on_done = |mut c: CompletionRef<'_, SimBuf, Sim>| {
             if c.status() != WcStatus::SUCCESS {
                 failed.extend(c.qp());
             }

@@ -17,6 +17,7 @@
 #![allow(unsafe_code)]
 
 mod alloc_count;
+mod callback_posts;
 mod device;
 mod drain;
 mod forge;
@@ -27,6 +28,7 @@ mod lifecycle;
 #[cfg(test)]
 mod limits;
 mod model;
+mod plain_window;
 mod plan;
 mod polling;
 mod prepared_ops;
