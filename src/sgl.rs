@@ -209,6 +209,21 @@ impl<B> Sgl<B> {
         (first, Some([s1.take(), s2.take(), s3.take()]))
     }
 
+    /// Takes the first entry out and empties the list: for a list of at
+    /// most one entry (the rest, if any, taken before: `take_rest`).
+    #[inline(always)]
+    pub(crate) fn take_head(&mut self) -> Option<Local<B>> {
+        self.n = 0;
+        self.items[0].take()
+    }
+
+    /// Takes the entries after the first out (the first stays).
+    #[inline(always)]
+    pub(crate) fn take_rest(&mut self) -> Rest<B> {
+        let [_, b, c, d] = &mut *self.items;
+        [b.take(), c.take(), d.take()]
+    }
+
     /// The list of `first` and `rest` (as `move_out` gave them).
     #[inline(always)]
     pub(crate) fn from_parts(first: Option<Local<B>>, rest: Option<Rest<B>>) -> Sgl<B> {

@@ -33,10 +33,11 @@ pub(crate) enum Origin {
 pub struct CompletionRef<'a, B, P: Provider = Verbs> {
     pub(crate) wc: &'a sys::ibv_wc,
     pub(crate) origin: Origin,
-    /// What the engine kept of the request, on the router's stack (which
-    /// drops what the callback leaves); its buffers after the first, if
-    /// any, in an overflow entry of table `side`.
-    pub(crate) kept: &'a mut Retired<B>,
+    /// What the engine kept of the request, its entry released: its first
+    /// buffer here (dropped with this if the callback leaves it), the
+    /// others, if any, in an overflow entry of table `side` (released by
+    /// the router after the callback).
+    pub(crate) kept: Retired<B>,
     pub(crate) side: bool,
     /// False for an unsignaled request completed by a later entry; true
     /// for every request a reset hands back as flushed.
@@ -182,12 +183,12 @@ impl<B, P: Provider> CompletionRef<'_, B, P> {
     /// Takes the first buffer the request still holds.
     #[inline]
     pub fn take_buf(&mut self) -> Option<B> {
-        self.engine.flights[usize::from(self.side)].take_first(self.kept)
+        self.engine.flights[usize::from(self.side)].take_first(&mut self.kept)
     }
 
     /// Every buffer the request still holds, as a list; none left here.
     pub(crate) fn take_sgl(&mut self) -> Sgl<B> {
-        let sgl = self.engine.flights[usize::from(self.side)].take_sgl(self.kept);
+        let sgl = self.engine.flights[usize::from(self.side)].take_sgl(&mut self.kept);
         // Its overflow entry, if any, is released: nothing to release if
         // the callback panics.
         self.engine.lent = NONE;
@@ -196,7 +197,7 @@ impl<B, P: Provider> CompletionRef<'_, B, P> {
 
     /// Holds the buffers of `sgl` again (what `take_sgl` took).
     pub(crate) fn hold(&mut self, sgl: &mut Sgl<B>) {
-        self.engine.flights[usize::from(self.side)].hold(self.kept, sgl);
+        self.engine.flights[usize::from(self.side)].hold(&mut self.kept, sgl);
         if self.kept.more != NONE {
             self.engine.lent = self.kept.more | u32::from(self.side) << 31;
         }

@@ -62,6 +62,10 @@ pub struct Engine<B, P: Provider = Verbs> {
     /// (`side << 31 | index`), or `NONE`: released when the callback
     /// returns, or by the router's guard if it unwinds.
     pub(crate) lent: u32,
+    /// The requests a completion finishes still to be lent
+    /// (`side << 31 | first entry` of their detached chain), or `NONE`:
+    /// released by the router's guard if a callback unwinds.
+    pub(crate) detached: u32,
     pub(crate) qps: Vec<QpSlot<P::Qp>>,
     /// Indices of vacant slots, reused first (never a leaked queue pair's).
     pub(crate) vacant: Vec<u32>,
@@ -111,6 +115,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             flights,
             recv_side,
             lent: super::ring::NONE,
+            detached: super::ring::NONE,
             qps: Vec::new(),
             vacant: Vec::new(),
             by_qpn: Vec::new(),

@@ -75,12 +75,6 @@ impl<B> Retired<B> {
             first: None,
         }
     }
-
-    /// True while it holds a buffer.
-    #[inline(always)]
-    pub(crate) fn holds(&self) -> bool {
-        self.first.is_some() || self.more != NONE
-    }
 }
 
 /// A request's buffers after its first.
@@ -217,18 +211,19 @@ impl<B> Flights<B> {
     /// caller checked `available`.
     #[inline(always)]
     pub(crate) fn push(&mut self, ring: &mut Ring, tag: u64, opcode: WcOpcode, sgl: &mut Sgl<B>) {
-        let (first, rest) = sgl.move_out();
-        let more = match rest {
-            None => NONE,
-            Some(rest) => self.spill(rest),
+        let more = match sgl.len() {
+            0 | 1 => NONE,
+            _ => self.spill(sgl.take_rest()),
         };
+        let first = sgl.take_head();
         let (e, f) = self.take();
         f.next = NONE;
         f.more = more;
         f.tag = tag;
         f.opcode = opcode;
         f.prepared = NOT_PREPARED;
-        f.buf = first;
+        // A released entry holds no buffer: nothing to drop.
+        core::mem::forget(core::mem::replace(&mut f.buf, first));
         self.link(ring, e);
         ring.push_filled();
     }
@@ -262,14 +257,43 @@ impl<B> Flights<B> {
         e
     }
 
-    /// Retires the oldest request of `ring`, which `Ring::through` counted:
-    /// its entry unlinked and released, what it kept handed back.
+    /// Detaches the oldest `n` requests of `ring` (as `Ring::through`
+    /// counted them) for the router to retire one by one (`retire`): the
+    /// queue's window moves past them and their chain is cut off its own
+    /// at once, so the queue is whole while each is lent to a callback
+    /// that may post on it. Returns the first of them (the chain ends in
+    /// `NONE`).
     #[inline(always)]
-    pub(crate) fn pop(&mut self, ring: &mut Ring) -> Retired<B> {
-        let e = ring.first;
+    pub(crate) fn detach(&mut self, ring: &mut Ring, n: u64) -> u32 {
+        let first = ring.first;
+        if n == ring.len() {
+            // All of them (a queue's one signaled request completes them
+            // all, in a stream): nothing to walk.
+            ring.first = NONE;
+        } else {
+            self.cut(ring, n);
+        }
+        ring.pop_counted(n);
+        first
+    }
+
+    /// `detach` of fewer requests than the queue holds: walks to the last.
+    #[inline(never)]
+    fn cut(&mut self, ring: &mut Ring, n: u64) {
+        let mut last = ring.first;
+        for _ in 1..n {
+            last = self.entries[last as usize].next;
+        }
+        let f = &mut self.entries[last as usize];
+        ring.first = core::mem::replace(&mut f.next, NONE);
+    }
+
+    /// Retires detached entry `e`: released, what it kept handed back,
+    /// with the next entry of its detached chain.
+    #[inline(always)]
+    pub(crate) fn retire(&mut self, e: u32) -> (Retired<B>, u32) {
         let f = &mut self.entries[e as usize];
-        ring.first = f.next;
-        ring.pop_counted();
+        let next = f.next;
         let kept = Retired {
             tag: f.tag,
             opcode: f.opcode,
@@ -281,7 +305,22 @@ impl<B> Flights<B> {
         f.next = self.free;
         self.free = e;
         self.available += 1;
-        kept
+        (kept, next)
+    }
+
+    /// Releases a detached chain from `e` on, dropping the buffers its
+    /// entries keep (the device is done with them): what a callback that
+    /// panicked left of its completion's requests.
+    #[cold]
+    pub(crate) fn release_detached(&mut self, mut e: u32) {
+        while e != NONE {
+            let (kept, next) = self.retire(e);
+            drop(kept.first);
+            if kept.more != NONE {
+                self.release_overflow(kept.more);
+            }
+            e = next;
+        }
     }
 
     /// Takes the first buffer `kept` still holds.
@@ -319,14 +358,6 @@ impl<B> Flights<B> {
             None => NONE,
             Some(rest) => self.spill(rest),
         };
-    }
-
-    /// Drops the buffers `kept` still holds (the device is done with
-    /// them): by exception, out of line.
-    #[cold]
-    #[inline(never)]
-    pub(crate) fn drop_kept(&mut self, kept: &mut Retired<B>) {
-        drop(self.take_sgl(kept));
     }
 
     /// Releases overflow entry `more` with the buffers it holds (a

@@ -49,7 +49,8 @@ struct Unrouted<'e, 'w, B: NicBuf, P: Provider> {
 impl<B: NicBuf, P: Provider> Drop for Unrouted<'_, '_, B, P> {
     #[inline(always)]
     fn drop(&mut self) {
-        if !self.rest.is_empty() || self.engine.lent != NONE {
+        let e = &*self.engine;
+        if !self.rest.is_empty() || e.lent != NONE || e.detached != NONE {
             self.route_rest();
         }
     }
@@ -61,6 +62,10 @@ impl<B: NicBuf, P: Provider> Unrouted<'_, '_, B, P> {
     #[inline(never)]
     fn route_rest(&mut self) {
         self.engine.release_lent();
+        let detached = core::mem::replace(&mut self.engine.detached, NONE);
+        if detached != NONE {
+            self.engine.flights[(detached >> 31) as usize].release_detached(detached & !(1 << 31));
+        }
         for wc in self.rest {
             self.engine.retire_as(wc, self.each_own, &mut |_| {});
         }
@@ -153,8 +158,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         delivered
     }
 
-    /// Releases the overflow entry of the request lent to a callback that
-    /// did not return (it panicked), with the buffers it keeps.
+    /// Releases the overflow entry of the request lent to a callback (when
+    /// it returned, or panicked), with the buffers it still keeps.
     #[cold]
     #[inline(never)]
     fn release_lent(&mut self) {
@@ -177,7 +182,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     ) -> usize {
         match id::decode(wc.wr_id) {
             WrId::Ring { recv, qp, seq } => {
-                let Some(mut slot) = self.qps.get_mut(qp as usize) else {
+                let Some(slot) = self.qps.get_mut(qp as usize) else {
                     return 0;
                 };
                 // A vacant slot's number matches no completion.
@@ -199,20 +204,24 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 };
                 let side = recv & self.recv_cq.is_some();
                 let delivered = count as usize;
+                let ring = if recv { &mut slot.recv } else { &mut slot.send };
+                let mut at = self.flights[usize::from(side)].detach(ring, count);
                 loop {
                     count -= 1;
-                    let ring = if recv { &mut slot.recv } else { &mut slot.send };
-                    let flights = &mut self.flights[usize::from(side)];
-                    let mut kept = flights.pop(ring);
+                    let (kept, next) = self.flights[usize::from(side)].retire(at);
+                    at = next;
+                    // What is left of the detached requests, and the lent
+                    // one's other buffers: released by `Unrouted` if the
+                    // callback panics.
+                    self.detached = at | u32::from(side) << 31;
                     let several = kept.more != NONE;
                     if several {
-                        // Released below, or by `Unrouted` if the callback panics.
                         self.lent = kept.more | u32::from(side) << 31;
                     }
                     on_done(CompletionRef {
                         wc,
                         origin: Origin::Ring,
-                        kept: &mut kept,
+                        kept,
                         side,
                         own_entry: each_own || count == 0,
                         is_recv: recv,
@@ -220,17 +229,11 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                         engine: self,
                     });
                     if several {
-                        self.lent = NONE;
-                    }
-                    if kept.holds() {
-                        self.flights[usize::from(side)].drop_kept(&mut kept);
+                        self.release_lent();
                     }
                     if count == 0 {
                         return delivered;
                     }
-                    // Looked up again: the callback may have posted on the
-                    // engine (it never removes a queue pair).
-                    slot = &mut self.qps[qp as usize];
                 }
             }
             WrId::Srq { slot, generation } => {
@@ -255,16 +258,15 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 on_done(CompletionRef {
                     wc,
                     origin: Origin::Srq,
-                    kept: &mut kept,
+                    kept,
                     side,
                     own_entry: true,
                     is_recv: true,
                     qp,
                     engine: self,
                 });
-                self.lent = NONE;
-                if kept.holds() {
-                    self.flights[usize::from(side)].drop_kept(&mut kept);
+                if self.lent != NONE {
+                    self.release_lent();
                 }
                 1
             }
@@ -278,7 +280,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 on_done(CompletionRef {
                     wc,
                     origin: Origin::Raw,
-                    kept: &mut Retired::bare(0, WcOpcode::SEND),
+                    kept: Retired::bare(0, WcOpcode::SEND),
                     side: false,
                     own_entry: true,
                     is_recv: false,

@@ -37,6 +37,43 @@ impl<'a, B: NicBuf, P: Provider> CompletionRef<'a, B, P> {
     /// poll's callback: sends and receives on any of its queue pairs, the
     /// shared receive queue, prepared requests. Nothing else: no poll,
     /// removal, reset or lane.
+    ///
+    /// ```no_run
+    /// # use verbs::{Engine, MemoryRegion, RecvRequest, SendOp, SendRequest};
+    /// # fn serve(engine: &mut Engine<MemoryRegion>) -> Result<(), verbs::Error> {
+    /// engine.poll(|mut c| {
+    ///     let Some(buf) = c.take_buf() else { return };
+    ///     if c.is_recv() {
+    ///         // The request's buffer carries the reply (refused: it comes back in the error).
+    ///         let _ = c.reply(SendRequest::new(SendOp::Send, buf));
+    ///     } else {
+    ///         // A reply went out: its buffer receives the next request.
+    ///         let _ = c.poster().post_srq_recv(RecvRequest::new(buf));
+    ///     }
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// The engine itself stays lent to `poll` for the call: the callback
+    /// can neither remove a queue pair nor poll.
+    ///
+    /// ```compile_fail,E0500
+    /// # use verbs::{Engine, MemoryRegion, QpId};
+    /// # fn serve(engine: &mut Engine<MemoryRegion>, qp: QpId) {
+    /// engine.poll(|_c| {
+    ///     let _ = engine.remove_qp(qp);
+    /// });
+    /// # }
+    /// ```
+    ///
+    /// ```compile_fail,E0599
+    /// # use verbs::{Engine, MemoryRegion};
+    /// # fn serve(engine: &mut Engine<MemoryRegion>) {
+    /// engine.poll(|mut c| {
+    ///     let _ = c.poster().poll(|_| {});
+    /// });
+    /// # }
+    /// ```
     #[inline]
     pub fn poster(&mut self) -> Poster<'_, B, P> {
         Poster {

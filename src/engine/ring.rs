@@ -87,12 +87,12 @@ impl Ring {
         self.tail += 1;
     }
 
-    /// Counts the oldest request retired (its entry, if it has one, was
-    /// unlinked by the table).
+    /// Counts the oldest `n` requests retired (their entries, if they have
+    /// any, were unlinked by the table).
     #[inline(always)]
-    pub(super) fn pop_counted(&mut self) {
-        debug_assert!(self.head < self.tail);
-        self.head += 1;
+    pub(super) fn pop_counted(&mut self, n: u64) {
+        debug_assert!(n <= self.len());
+        self.head += n;
     }
 
     /// Retires the requests a completion of `seq` finishes, as `through`
