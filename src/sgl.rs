@@ -3,7 +3,7 @@
 //! buffers", used by sends, receives, prepared requests, the shared receive
 //! queue and completions, and the one place that turns it into `ibv_sge`s.
 
-use core::mem::ManuallyDrop;
+use core::mem::{ManuallyDrop, MaybeUninit};
 
 use crate::error::{site, Error};
 use crate::memory::NicBuf;
@@ -264,13 +264,15 @@ impl<B: NicBuf> Sgl<B> {
     /// The scatter/gather entries of this list, refused before the device
     /// sees them when there are more than `max_sge` (what the queue was
     /// granted), one is longer than 4 GiB (an `ibv_sge` length is 32-bit),
-    /// or one's range leaves its buffer.
+    /// or one's range leaves its buffer. Writes the first entries of
+    /// `out`, as many as it returns (a post names only those: the rest
+    /// need not be written).
     /// Returns the number of entries and their total length.
     #[inline]
     pub(crate) fn build(
         &self,
         max_sge: u32,
-        out: &mut [sys::ibv_sge; MAX_SGE],
+        out: &mut [MaybeUninit<sys::ibv_sge>; MAX_SGE],
     ) -> Result<(i32, u64), Error> {
         if u32::from(self.n) > max_sge {
             return Err(too_many_sges());
@@ -294,11 +296,11 @@ impl<B: NicBuf> Sgl<B> {
             {
                 return Err(outside());
             }
-            *sge = sys::ibv_sge {
+            sge.write(sys::ibv_sge {
                 addr: l.buf.addr() + l.offset as u64,
                 length,
                 lkey: l.buf.lkey(),
-            };
+            });
             total += u64::from(length);
         }
         Ok((i32::from(self.n), total))
@@ -384,6 +386,37 @@ mod tests {
         drop(slot);
         assert_eq!(alive(), 1, "the buffer taken out lives on");
         drop(back);
+        assert_eq!(alive(), 0);
+    }
+
+    /// A list taken apart (a one-buffer request's head, a longer one's
+    /// rest) and put together again with a buffer missing still drops
+    /// every buffer it holds, and says it is not whole.
+    #[test]
+    fn a_list_put_together_with_a_hole_drops_what_it_holds() {
+        let count = Rc::new(());
+        let alive = || Rc::strong_count(&count) - 1;
+        let mut list = Sgl::empty();
+        for _ in 0..3 {
+            assert!(list.push(local(&count)).is_ok());
+        }
+        let mut rest = list.take_rest();
+        let head = list.take_head();
+        assert_eq!(list.len(), 0);
+        drop(list);
+        assert_eq!(alive(), 3, "taken apart, nothing dropped");
+        let taken = rest[0].take();
+        let again = Sgl::from_parts(head, Some(rest));
+        assert!(!again.is_whole(), "a buffer is missing");
+        drop(again);
+        assert_eq!(alive(), 1, "both buffers it held were dropped");
+        drop(taken);
+        let mut one = Sgl::one(local(&count));
+        let (first, rest) = one.move_out();
+        assert!(rest.is_none());
+        let again = Sgl::from_parts(first, None);
+        assert!(again.is_whole() && again.len() == 1);
+        drop(again);
         assert_eq!(alive(), 0);
     }
 }

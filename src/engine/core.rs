@@ -62,10 +62,6 @@ pub struct Engine<B, P: Provider = Verbs> {
     /// (`side << 31 | index`), or `NONE`: released when the callback
     /// returns, or by the router's guard if it unwinds.
     pub(crate) lent: u32,
-    /// The requests a completion finishes still to be lent
-    /// (`side << 31 | first entry` of their detached chain), or `NONE`:
-    /// released by the router's guard if a callback unwinds.
-    pub(crate) detached: u32,
     pub(crate) qps: Vec<QpSlot<P::Qp>>,
     /// Indices of vacant slots, reused first (never a leaked queue pair's).
     pub(crate) vacant: Vec<u32>,
@@ -115,7 +111,6 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             flights,
             recv_side,
             lent: super::ring::NONE,
-            detached: super::ring::NONE,
             qps: Vec::new(),
             vacant: Vec::new(),
             by_qpn: Vec::new(),
@@ -190,9 +185,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     #[inline(always)]
     pub(crate) fn slot(&self, qp: QpId) -> Result<&QpSlot<P::Qp>, Error> {
         match self.qps.get(qp.index as usize) {
-            Some(s) if qp.engine == self.id && s.generation == qp.generation && s.is_live() => {
-                Ok(s)
-            }
+            // A slot left vacant has a generation no handle has.
+            Some(s) if qp.engine == self.id && s.generation == qp.generation => Ok(s),
             _ => Err(no_such_qp()),
         }
     }
@@ -201,9 +195,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     #[inline(always)]
     pub(crate) fn slot_mut(&mut self, qp: QpId) -> Result<&mut QpSlot<P::Qp>, Error> {
         match self.qps.get_mut(qp.index as usize) {
-            Some(s) if qp.engine == self.id && s.generation == qp.generation && s.is_live() => {
-                Ok(s)
-            }
+            // A slot left vacant has a generation no handle has.
+            Some(s) if qp.engine == self.id && s.generation == qp.generation => Ok(s),
             _ => Err(no_such_qp()),
         }
     }
@@ -220,7 +213,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     #[inline(always)]
     pub(crate) fn parts(&mut self, qp: QpId) -> Result<Parts<'_, B, P>, Error> {
         match self.qps.get_mut(qp.index as usize) {
-            Some(s) if qp.engine == self.id && s.generation == qp.generation && s.is_live() => {
+            // A slot left vacant has a generation no handle has.
+            Some(s) if qp.engine == self.id && s.generation == qp.generation => {
                 Ok((&mut self.prov, s, &mut self.flights))
             }
             _ => Err(no_such_qp()),
@@ -334,6 +328,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         }
         let slot = &mut self.qps[index as usize];
         slot.qp_num = VACANT;
+        // No handle of the removed queue pair matches the slot any more.
+        slot.generation = slot.generation.wrapping_add(1) & !UD_GENERATION;
         slot.state = QpState::RESET;
         slot.set_state(QpState::RESET);
         // Its completions still queued hold ids of the old window: dropping

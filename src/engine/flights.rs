@@ -15,7 +15,8 @@
 //! reserved when the engine is made (the overflow table when the first
 //! queue pair granted more than one scatter/gather entry is added), sized
 //! by the completion queue, never grow after that, and are touched only
-//! as far as requests fill them: a fresh engine's tables are address
+//! as far as requests fill them (but for the first `PREFILLED` entries,
+//! made with the engine): a fresh engine's tables are mostly address
 //! space, not memory. Released entries are reused last-in first-out, so
 //! a loop with few requests in flight stays on a few warm entries.
 
@@ -28,6 +29,12 @@ use super::ring::{Ring, NONE};
 
 /// `Flight::prepared` of a request posted with its own buffers.
 pub(crate) const NOT_PREPARED: u32 = u32::MAX;
+
+/// Entries a table makes with its engine, before any request: a loop's
+/// first requests take made entries (no data path pays for making them),
+/// and a table of them is a few tens of KiB however deep its completion
+/// queue.
+const PREFILLED: u32 = if cfg!(test) { 8 } else { 256 };
 
 /// What the table keeps of a posted request until it completes.
 pub(crate) struct Flight<B> {
@@ -97,22 +104,39 @@ pub(crate) struct Flights<B> {
     crowded: u32,
     overflow: Vec<Overflow<B>>,
     overflow_free: u32,
+    /// The first of the requests the router detached and has not lent yet
+    /// (`detach`), or `NONE`: released by the router's guard if a callback
+    /// unwinds.
+    pub(crate) detached: u32,
 }
 
 impl<B> Flights<B> {
-    /// A table for `capacity` requests: reserved here (setup time), touched
-    /// as it fills.
+    /// A table for `capacity` requests: reserved here (setup time), its
+    /// first `PREFILLED` entries made (what a data path's first requests
+    /// take), the others as requests first reach them.
     pub(crate) fn new(capacity: u32) -> Flights<B> {
         // An entry's index has 31 bits (`Engine::lent` adds the table's).
         let capacity = capacity.min(1 << 30);
+        let made = capacity.min(PREFILLED);
+        let mut entries = Vec::with_capacity(capacity as usize);
+        entries.extend((0..made).map(|e| Flight {
+            next: if e + 1 < made { e + 1 } else { NONE },
+            more: NONE,
+            opcode: WcOpcode::SEND,
+            prepared: NOT_PREPARED,
+            generation: 0,
+            tag: 0,
+            buf: None,
+        }));
         Flights {
-            entries: Vec::with_capacity(capacity as usize),
-            free: NONE,
+            entries,
+            free: if made > 0 { 0 } else { NONE },
             capacity,
             available: capacity,
             crowded: capacity.div_ceil(2),
             overflow: Vec::new(),
             overflow_free: NONE,
+            detached: NONE,
         }
     }
 
@@ -308,11 +332,12 @@ impl<B> Flights<B> {
         (kept, next)
     }
 
-    /// Releases a detached chain from `e` on, dropping the buffers its
-    /// entries keep (the device is done with them): what a callback that
-    /// panicked left of its completion's requests.
+    /// Releases what is left of the detached chain (`detached`), dropping
+    /// the buffers its entries keep (the device is done with them): what a
+    /// callback that panicked left of its completion's requests.
     #[cold]
-    pub(crate) fn release_detached(&mut self, mut e: u32) {
+    pub(crate) fn release_detached(&mut self) {
+        let mut e = core::mem::replace(&mut self.detached, NONE);
         while e != NONE {
             let (kept, next) = self.retire(e);
             drop(kept.first);

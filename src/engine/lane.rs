@@ -211,7 +211,7 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
         let qp = slot.qp.as_ref().ok_or_else(gone)?;
         let seq = slot.send.next_seq();
         let mut run = slot.unsignaled_run;
-        let signaled = signal_decision(&mut run, slot.send.capacity(), asked, 0);
+        let signaled = signal_decision(&mut run, slot.send.half(), asked, 0);
         self.wrs
             .post_send(
                 &mut self.engine.prov,

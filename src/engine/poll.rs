@@ -26,6 +26,11 @@ use super::id::{self, WrId};
 use super::qp_slot::{QpId, QpState};
 use super::ring::NONE;
 
+/// A request of several buffers lent to a callback: its origin, what was
+/// kept of it, its table's side, whether the entry is its own, a receive,
+/// its queue pair.
+type Lent<B> = (Origin, Retired<B>, bool, bool, bool, Option<QpId>);
+
 /// Most completion entries one poll takes off a CQ.
 pub(crate) const POLL_BATCH: usize = 16;
 
@@ -50,7 +55,8 @@ impl<B: NicBuf, P: Provider> Drop for Unrouted<'_, '_, B, P> {
     #[inline(always)]
     fn drop(&mut self) {
         let e = &*self.engine;
-        if !self.rest.is_empty() || e.lent != NONE || e.detached != NONE {
+        let detached = e.flights[0].detached & e.flights[1].detached != NONE;
+        if !self.rest.is_empty() || e.lent != NONE || detached {
             self.route_rest();
         }
     }
@@ -62,9 +68,8 @@ impl<B: NicBuf, P: Provider> Unrouted<'_, '_, B, P> {
     #[inline(never)]
     fn route_rest(&mut self) {
         self.engine.release_lent();
-        let detached = core::mem::replace(&mut self.engine.detached, NONE);
-        if detached != NONE {
-            self.engine.flights[(detached >> 31) as usize].release_detached(detached & !(1 << 31));
+        for flights in &mut self.engine.flights {
+            flights.release_detached();
         }
         for wc in self.rest {
             self.engine.retire_as(wc, self.each_own, &mut |_| {});
@@ -158,6 +163,34 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         delivered
     }
 
+    /// Lends a request of several buffers (`origin`, what was kept of it,
+    /// its table's side, whether the entry is its own, a receive, its
+    /// queue pair) to `on_done`: its buffers after the first stay in their
+    /// overflow entry, released when the callback returns (or by `Unrouted`
+    /// if it panics). By exception: a request of one buffer is lent inline.
+    #[cold]
+    #[inline(never)]
+    fn lend_several(
+        &mut self,
+        wc: &sys::ibv_wc,
+        c: Lent<B>,
+        on_done: &mut impl FnMut(CompletionRef<'_, B, P>),
+    ) {
+        let (origin, kept, side, own_entry, is_recv, qp) = c;
+        self.lent = kept.more | u32::from(side) << 31;
+        on_done(CompletionRef {
+            wc,
+            origin,
+            kept,
+            side,
+            own_entry,
+            is_recv,
+            qp,
+            engine: self,
+        });
+        self.release_lent();
+    }
+
     /// Releases the overflow entry of the request lent to a callback (when
     /// it returned, or panicked), with the buffers it still keeps.
     #[cold]
@@ -205,31 +238,31 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 let side = recv & self.recv_cq.is_some();
                 let delivered = count as usize;
                 let ring = if recv { &mut slot.recv } else { &mut slot.send };
-                let mut at = self.flights[usize::from(side)].detach(ring, count);
+                let flights = &mut self.flights[usize::from(side)];
+                let mut at = flights.detach(ring, count);
                 loop {
                     count -= 1;
-                    let (kept, next) = self.flights[usize::from(side)].retire(at);
+                    let flights = &mut self.flights[usize::from(side)];
+                    let (kept, next) = flights.retire(at);
                     at = next;
-                    // What is left of the detached requests, and the lent
-                    // one's other buffers: released by `Unrouted` if the
+                    // What is left to lend: released by `Unrouted` if the
                     // callback panics.
-                    self.detached = at | u32::from(side) << 31;
-                    let several = kept.more != NONE;
-                    if several {
-                        self.lent = kept.more | u32::from(side) << 31;
-                    }
-                    on_done(CompletionRef {
-                        wc,
-                        origin: Origin::Ring,
-                        kept,
-                        side,
-                        own_entry: each_own || count == 0,
-                        is_recv: recv,
-                        qp: Some(id),
-                        engine: self,
-                    });
-                    if several {
-                        self.release_lent();
+                    flights.detached = at;
+                    let own_entry = each_own || count == 0;
+                    if kept.more == NONE {
+                        on_done(CompletionRef {
+                            wc,
+                            origin: Origin::Ring,
+                            kept,
+                            side,
+                            own_entry,
+                            is_recv: recv,
+                            qp: Some(id),
+                            engine: self,
+                        });
+                    } else {
+                        let c = (Origin::Ring, kept, side, own_entry, recv, Some(id));
+                        self.lend_several(wc, c, on_done);
                     }
                     if count == 0 {
                         return delivered;
@@ -247,26 +280,24 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 };
                 let mut kept = Retired::bare(tag, WcOpcode::RECV);
                 self.flights[usize::from(side)].hold(&mut kept, sgl);
-                if kept.more != NONE {
-                    self.lent = kept.more | u32::from(side) << 31;
-                }
                 if wc.status != WcStatus::SUCCESS {
                     if let Some(q) = qp {
                         self.qps[q.index as usize].set_state(QpState::ERR);
                     }
                 }
-                on_done(CompletionRef {
-                    wc,
-                    origin: Origin::Srq,
-                    kept,
-                    side,
-                    own_entry: true,
-                    is_recv: true,
-                    qp,
-                    engine: self,
-                });
-                if self.lent != NONE {
-                    self.release_lent();
+                if kept.more == NONE {
+                    on_done(CompletionRef {
+                        wc,
+                        origin: Origin::Srq,
+                        kept,
+                        side,
+                        own_entry: true,
+                        is_recv: true,
+                        qp,
+                        engine: self,
+                    });
+                } else {
+                    self.lend_several(wc, (Origin::Srq, kept, side, true, true, qp), on_done);
                 }
                 1
             }

@@ -78,7 +78,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         }
         let mut run = slot.unsignaled_run;
         let asked = req.flags.signaled || flights.crowded(0);
-        let signaled = signal_decision(&mut run, slot.send.capacity(), asked, 0);
+        let signaled = signal_decision(&mut run, slot.send.half(), asked, 0);
         let f = req.flags;
         let meta = SendMeta {
             tag: req.tag,
@@ -147,7 +147,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         let asked = |i: usize| {
             reqs[i].as_ref().is_some_and(|r| r.flags.signaled) || flights.crowded(i as u32)
         };
-        let plan = SignalPlan::new(slot.unsignaled_run, slot.send.capacity(), count, asked);
+        let plan = SignalPlan::new(slot.unsignaled_run, slot.send.half(), count, asked);
         let mut sends: [Option<OwnSend<'_, B>>; super::config::MAX_CHAIN] =
             [const { None }; super::config::MAX_CHAIN];
         for (i, req) in reqs.iter_mut().take(count).enumerate() {
@@ -218,7 +218,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         check_send(slot, &op, data.len() as u64, true)?;
         let mut run = slot.unsignaled_run;
         let asked = signaled || flights.crowded(0);
-        let signaled = signal_decision(&mut run, slot.send.capacity(), asked, 0);
+        let signaled = signal_decision(&mut run, slot.send.half(), asked, 0);
         let meta = SendMeta {
             tag,
             opcode: completes_as(&op),

@@ -181,7 +181,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         // A signaled post (the latency tests' every one) reads no run.
         let mut run = if asked { 0 } else { slot.unsignaled_run };
         let signaled =
-            asked || super::qp_slot::signal_decision(&mut run, slot.send.capacity(), false, 0);
+            asked || super::qp_slot::signal_decision(&mut run, slot.send.half(), false, 0);
         let seq = slot.send.next_seq();
         super::doorbell::send_prepared(&mut self.prov, qp, entry.qp, seq, &mut entry.wr, signaled)
             .map_err(super::check::post_hint)?;

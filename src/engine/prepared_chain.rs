@@ -84,7 +84,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             return Err(engine_full());
         }
         let asked = |i: usize| signal(i) || flights.crowded(i as u32);
-        let plan = SignalPlan::new(slot.unsignaled_run, slot.send.capacity(), n, asked);
+        let plan = SignalPlan::new(slot.unsignaled_run, slot.send.half(), n, asked);
         let signaled = plan.signaled;
         let first = slot.send.next_seq();
         let sends = &self.prepared.sends;

@@ -177,13 +177,14 @@ impl<Q> QpSlot<Q> {
 }
 
 /// Signals a request if the caller asked, or if leaving it unsignaled could
-/// let unsignaled requests fill the send queue (a deadlock: their slots are
-/// freed only by a later signaled completion). `run` counts the unsignaled
-/// requests since the last signaled one; `remaining` the requests after
-/// this one in the same chain.
+/// let unsignaled requests fill the send queue (a deadlock: their entries
+/// are freed only by a later signaled completion). `run` counts the
+/// unsignaled requests since the last signaled one; `half` is half the
+/// queue's capacity, rounded up (`Ring::half`); `remaining` the requests
+/// after this one in the same chain.
 #[inline(always)]
-pub(crate) fn signal_decision(run: &mut u64, capacity: u64, asked: bool, remaining: u64) -> bool {
-    if asked || *run + 1 + remaining >= capacity.div_ceil(2) {
+pub(crate) fn signal_decision(run: &mut u64, half: u64, asked: bool, remaining: u64) -> bool {
+    if asked || *run + 1 + remaining >= half {
         *run = 0;
         true
     } else {
@@ -204,7 +205,7 @@ pub(crate) struct SignalPlan {
 
 impl SignalPlan {
     #[inline(always)]
-    pub(crate) fn new(run: u64, capacity: u64, n: usize, asked: impl Fn(usize) -> bool) -> Self {
+    pub(crate) fn new(run: u64, half: u64, n: usize, asked: impl Fn(usize) -> bool) -> Self {
         let mut plan = SignalPlan {
             signaled: [false; MAX_CHAIN],
             runs: [0; MAX_CHAIN],
@@ -212,7 +213,7 @@ impl SignalPlan {
         let mut run = run;
         for i in 0..n.min(MAX_CHAIN) {
             let remaining = (n - 1 - i) as u64;
-            plan.signaled[i] = signal_decision(&mut run, capacity, asked(i), remaining);
+            plan.signaled[i] = signal_decision(&mut run, half, asked(i), remaining);
             plan.runs[i] = run;
         }
         plan

@@ -20,6 +20,9 @@ pub(crate) struct Ring {
     /// Sequence number the next request gets.
     tail: u64,
     capacity: u64,
+    /// Half the capacity, rounded up: a send is signaled before this many
+    /// unsignaled ones in a row (`qp_slot::signal_decision`).
+    half: u64,
     /// The oldest request's entry and the newest's, while any is in
     /// flight and the queue is not a lane's (a lane's posts only count).
     pub(super) first: u32,
@@ -36,6 +39,7 @@ impl Ring {
             head: start,
             tail: start,
             capacity: capacity as u64,
+            half: capacity.div_ceil(2) as u64,
             first: NONE,
             last: NONE,
         }
@@ -45,6 +49,12 @@ impl Ring {
     #[inline(always)]
     pub(crate) fn capacity(&self) -> u64 {
         self.capacity
+    }
+
+    /// Half the capacity, rounded up.
+    #[inline(always)]
+    pub(crate) fn half(&self) -> u64 {
+        self.half
     }
 
     /// Requests in flight.

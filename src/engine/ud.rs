@@ -191,7 +191,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         }
         let mut run = slot.unsignaled_run;
         let asked = req.flags.signaled || flights.crowded(0);
-        let signaled = signal_decision(&mut run, slot.send.capacity(), asked, 0);
+        let signaled = signal_decision(&mut run, slot.send.half(), asked, 0);
         let meta = SendMeta {
             tag: req.tag,
             opcode: completes_as(&req.op),

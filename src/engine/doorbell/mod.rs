@@ -84,7 +84,7 @@ pub(crate) fn send_one<B: NicBuf, P: Provider>(
     max_sge: u32,
     s: OwnSend<'_, B>,
 ) -> Result<(), Error> {
-    let mut sges = [sys::ibv_sge::default(); MAX_SGE];
+    let mut sges = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SGE];
     let (num, total) = s.sgl.build(max_sge, &mut sges)?;
     check_atomic_result(s.op, total)?;
     let flags = send_flags(s.meta.signaled, s.fence, s.solicited, s.inline);
@@ -94,9 +94,10 @@ pub(crate) fn send_one<B: NicBuf, P: Provider>(
         flags,
     );
     wr.num_sge = num;
-    wr.sg_list = sges.as_mut_ptr();
-    // SAFETY: as in `send`: the entries were built just now from the
-    // request's list, which moves into its table entry below.
+    wr.sg_list = sges.as_mut_ptr().cast();
+    // SAFETY: as in `send`: the first `num` entries (all the provider
+    // reads) were built just now from the request's list, which moves
+    // into its table entry below.
     unsafe { prov.post_send(qp, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
     flights.push(ring, s.meta.tag, s.meta.opcode, s.sgl);
     Ok(())
@@ -119,13 +120,12 @@ pub(crate) fn send<B: NicBuf, P: Provider>(
     const CHAIN: usize = super::config::MAX_CHAIN;
     let n = sends.iter().take_while(|s| s.is_some()).count().min(CHAIN);
     let mut wrs = [const { MaybeUninit::<sys::ibv_send_wr>::uninit() }; CHAIN];
-    // Each request's entries are zeroed when it is built: a single post
-    // does not clear the whole chain's.
-    let mut sges = [const { MaybeUninit::<[sys::ibv_sge; MAX_SGE]>::uninit() }; CHAIN];
+    // Each request's entries, the first `num_sge` of them built.
+    let mut sges = [const { [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SGE] }; CHAIN];
     let first = ring.next_seq();
     for i in 0..n {
         let Some(s) = &sends[i] else { break };
-        let entries = sges[i].write([sys::ibv_sge::default(); MAX_SGE]);
+        let entries = &mut sges[i];
         let built = s
             .sgl
             .build(max_sge, entries)
@@ -141,14 +141,15 @@ pub(crate) fn send<B: NicBuf, P: Provider>(
             flags,
         );
         wr.num_sge = num;
-        wr.sg_list = entries.as_mut_ptr();
+        wr.sg_list = entries.as_mut_ptr().cast();
         wrs[i].write(wr);
     }
     // SAFETY: the first `n` entries were written in the loop above.
     let chain =
         unsafe { core::slice::from_raw_parts_mut(wrs.as_mut_ptr().cast::<sys::ibv_send_wr>(), n) };
-    // SAFETY: each request's entries were built just now from its own list
-    // (`Sgl::build`: buffers registered, ranges inside them), and every
+    // SAFETY: each request's first `num_sge` entries (all the provider
+    // reads) were built just now from its own list (`Sgl::build`: buffers
+    // registered, ranges inside them), and every
     // posted request's list moves into its table entry below, before
     // anyone can reach it again; an entry is emptied only on its completion
     // (module docs). The entries live on this frame for the call.
@@ -210,16 +211,17 @@ pub(crate) fn recv<B: NicBuf, P: Provider>(
     sgl: &mut Sgl<B>,
     tag: u64,
 ) -> Result<(), Error> {
-    let mut sges = [sys::ibv_sge::default(); MAX_SGE];
+    let mut sges = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SGE];
     let (num, _) = sgl.build(max_sge, &mut sges)?;
     let mut wr = sys::ibv_recv_wr {
         wr_id: super::id::ring(true, qp_index, ring.next_seq()),
         next: core::ptr::null_mut(),
-        sg_list: sges.as_mut_ptr(),
+        sg_list: sges.as_mut_ptr().cast(),
         num_sge: num,
     };
-    // SAFETY: the entries were built just now from `sgl`, which moves into
-    // its table entry below; an entry is emptied only on its completion.
+    // SAFETY: the first `num` entries (all the provider reads) were built
+    // just now from `sgl`, which moves into its table entry below; an
+    // entry is emptied only on its completion.
     unsafe { prov.post_recv(qp, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
     flights.push(ring, tag, sys::ibv_wc_opcode::RECV, sgl);
     Ok(())
@@ -235,15 +237,16 @@ pub(crate) fn srq_recv<B: NicBuf, P: Provider>(
     wr_id: u64,
     slot: &mut Sgl<B>,
 ) -> Result<(), Error> {
-    let mut sges = [sys::ibv_sge::default(); MAX_SGE];
+    let mut sges = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SGE];
     let (num, _) = sgl.build(max_sge, &mut sges)?;
     let mut wr = sys::ibv_recv_wr {
         wr_id,
         next: core::ptr::null_mut(),
-        sg_list: sges.as_mut_ptr(),
+        sg_list: sges.as_mut_ptr().cast(),
         num_sge: num,
     };
-    // SAFETY: the entries were built just now from `sgl`, which moves into
+    // SAFETY: the first `num` entries (all the provider reads) were built
+    // just now from `sgl`, which moves into
     // the receive's slot below; the slot is emptied only on its completion
     // (srq.rs) or after the queue's successful destroy.
     unsafe { prov.post_srq_recv(srq, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;

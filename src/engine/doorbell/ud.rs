@@ -2,6 +2,8 @@
 //! also names an address handle, the peer's QPN and its Q_Key (`wr.ud`).
 //! Kept apart from the connected sends, whose path stays as it is.
 
+use core::mem::MaybeUninit;
+
 use crate::error::Error;
 use crate::memory::NicBuf;
 use crate::sgl::{Sgl, MAX_SGE};
@@ -41,7 +43,7 @@ pub(crate) fn send_ud<B: NicBuf, P: Provider>(
     inline: bool,
     to: &UdTarget,
 ) -> Result<(), Error> {
-    let mut sges = [sys::ibv_sge::default(); MAX_SGE];
+    let mut sges = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SGE];
     let (num, _) = sgl.build(max_sge, &mut sges)?;
     let flags = send_flags(meta.signaled, false, solicited, inline);
     let mut wr = send_wr(
@@ -50,13 +52,14 @@ pub(crate) fn send_ud<B: NicBuf, P: Provider>(
         flags,
     );
     wr.num_sge = num;
-    wr.sg_list = sges.as_mut_ptr();
+    wr.sg_list = sges.as_mut_ptr().cast();
     wr.wr.ud = sys::ibv_send_wr_ud {
         ah: to.ah,
         remote_qpn: to.qpn,
         remote_qkey: to.qkey,
     };
-    // SAFETY: the entries were built just now from `sgl` (registered
+    // SAFETY: the first `num` entries (all the provider reads) were built
+    // just now from `sgl` (registered
     // buffers, ranges inside them) and `sgl` moves into its table entry
     // below, emptied only by a completion of it or a later request (module
     // docs).
