@@ -56,6 +56,21 @@ pub(crate) struct Flight<B> {
     buf: Option<Local<B>>,
 }
 
+impl<B> Flight<B> {
+    /// An entry holding nothing, linked to `next`.
+    fn vacant(next: u32) -> Flight<B> {
+        Flight {
+            next,
+            more: NONE,
+            opcode: WcOpcode::SEND,
+            prepared: NOT_PREPARED,
+            generation: 0,
+            tag: 0,
+            buf: None,
+        }
+    }
+}
+
 /// What a retired request hands back, its entry released: what the
 /// entry kept, its first buffer moved out, its others (a request of
 /// several) still in their overflow entry `more` until the caller takes
@@ -119,15 +134,7 @@ impl<B> Flights<B> {
         let capacity = capacity.min(1 << 30);
         let made = capacity.min(PREFILLED);
         let mut entries = Vec::with_capacity(capacity as usize);
-        entries.extend((0..made).map(|e| Flight {
-            next: if e + 1 < made { e + 1 } else { NONE },
-            more: NONE,
-            opcode: WcOpcode::SEND,
-            prepared: NOT_PREPARED,
-            generation: 0,
-            tag: 0,
-            buf: None,
-        }));
+        entries.extend((0..made).map(|e| Flight::vacant(if e + 1 < made { e + 1 } else { NONE })));
         Flights {
             entries,
             free: if made > 0 { 0 } else { NONE },
@@ -207,15 +214,7 @@ impl<B> Flights<B> {
     fn fresh(&mut self) -> (u32, &mut Flight<B>) {
         debug_assert!(self.entries.len() < self.entries.capacity());
         let e = self.entries.len() as u32;
-        self.entries.push(Flight {
-            next: NONE,
-            more: NONE,
-            opcode: WcOpcode::SEND,
-            prepared: NOT_PREPARED,
-            generation: 0,
-            tag: 0,
-            buf: None,
-        });
+        self.entries.push(Flight::vacant(NONE));
         (e, &mut self.entries[e as usize])
     }
 
