@@ -32,6 +32,22 @@ pub(super) fn is_transient_accept_error(e: &io::Error) -> bool {
     )
 }
 
+/// Connect errors that mean the peer is not reachable or not listening
+/// yet, which a peer still starting causes: retried until the deadline.
+/// A host still booting is unreachable until it answers ARP
+/// (`EHOSTUNREACH`) and its network may not be routed yet (`ENETUNREACH`).
+fn peer_not_there_yet(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+    ) || matches!(
+        e.raw_os_error(),
+        Some(libc::EHOSTUNREACH | libc::ENETUNREACH)
+    )
+}
+
 /// A TCP listener taking one connection at a time, within a deadline.
 ///
 /// For the primer's format ([`Session::exchange_tutorial`]) and for
@@ -93,9 +109,10 @@ impl Listener {
 /// `deadline` while nobody listens yet, so the client may start first.
 ///
 /// Each resolved address is tried in turn with `connect_timeout` bounded
-/// by the time left. A refused, reset or aborted attempt is retried after
-/// a short pause (5 ms doubling to 50 ms); other errors move on to the
-/// next address and are returned if every address fails that way. When
+/// by the time left. A refused, reset or aborted attempt, or an
+/// unreachable host or network (a peer still booting), is retried after a
+/// short pause (5 ms doubling to 50 ms); other errors move on to the next
+/// address and are returned if every address fails that way. When
 /// the deadline passes the result is the last refusal as
 /// [`ExchangeError::Io`] (`ConnectionRefused` says more than "timed
 /// out"), or [`ExchangeError::TimedOut`] if attempts were timing out.
@@ -135,14 +152,7 @@ pub fn connect(addr: impl ToSocketAddrs, deadline: Deadline) -> Result<Session, 
                     worth_retrying = true;
                     last = None;
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::ConnectionRefused
-                            | io::ErrorKind::ConnectionReset
-                            | io::ErrorKind::ConnectionAborted
-                    ) =>
-                {
+                Err(e) if peer_not_there_yet(&e) => {
                     worth_retrying = true;
                     last = Some(e);
                 }
@@ -179,4 +189,19 @@ pub fn connect_and_exchange(
     let mut session = connect(addr, deadline)?;
     let theirs = session.client_exchange(ours, token, deadline)?;
     Ok((session, theirs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_still_booting_is_retried_and_a_bad_address_is_not() {
+        for errno in [libc::ECONNREFUSED, libc::EHOSTUNREACH, libc::ENETUNREACH] {
+            assert!(peer_not_there_yet(&io::Error::from_raw_os_error(errno)));
+        }
+        for errno in [libc::EADDRNOTAVAIL, libc::EACCES, libc::EINVAL] {
+            assert!(!peer_not_there_yet(&io::Error::from_raw_os_error(errno)));
+        }
+    }
 }
