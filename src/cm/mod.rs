@@ -234,7 +234,7 @@ fn establish<B: NicBuf>(
     let ev = expect(id.channel(), Ev::ESTABLISHED, step, deadline)?;
     engine.mark_state(qp, QpState::RTS)?;
     Ok(CmConnection {
-        qp: QueuePair::from_parts(engine, qp),
+        qp: QueuePair::from_parts(engine, qp)?,
         id,
         peer_private_data: ev.private,
         connected: true,

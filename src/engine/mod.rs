@@ -48,6 +48,8 @@ pub use connect::QpAttributes;
 pub use core::Engine;
 pub use doorbell::RawSend;
 pub use doorbell::Verbs;
+// For `QueuePair`'s bound; outside the crate the trait stays unnamed.
+pub(crate) use doorbell::Provider;
 pub use id::RAW_ID_LIMIT;
 pub use lane::{Lane, LanePoll};
 pub use path::PathInfo;

@@ -20,6 +20,8 @@ mod alloc_count;
 mod device;
 mod drain;
 mod forge;
+#[cfg(test)]
+mod front;
 mod lane_ops;
 #[cfg(test)]
 mod lane_recv;
