@@ -360,3 +360,6 @@ fn gone() -> Error {
         ErrorKind::NotFound,
     )
 }
+
+#[cfg(test)]
+mod tests;

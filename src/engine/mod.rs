@@ -35,7 +35,7 @@ mod qp_slot;
 mod ring;
 mod setup;
 #[cfg(test)]
-mod sim;
+pub(crate) mod sim;
 mod srq;
 mod ud;
 

@@ -17,18 +17,16 @@
 #![allow(unsafe_code)]
 
 mod alloc_count;
-mod device;
+pub(crate) mod device;
 mod drain;
 mod forge;
-#[cfg(test)]
-mod front;
 mod lane_ops;
 #[cfg(test)]
 mod lane_recv;
 mod lifecycle;
 #[cfg(test)]
 mod limits;
-mod model;
+pub(crate) mod model;
 mod plan;
 mod polling;
 mod prepared_ops;
@@ -37,7 +35,7 @@ mod provider;
 mod reset_flush;
 mod rng;
 mod run;
-mod stub;
+pub(crate) mod stub;
 mod window;
 
 #[cfg(test)]

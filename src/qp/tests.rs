@@ -4,14 +4,15 @@
 //! needs it with a `NotFound` error and hands a request back unposted;
 //! none panics, and `id` and `qp_num` keep naming the queue pair.
 
-use crate::engine::core::Engine;
+use super::QueuePair;
+use crate::engine::Engine;
 use crate::error::ErrorKind;
-use crate::qp::QueuePair;
 use crate::sgl::Local;
 use crate::wr::{SendOp, SendRequest};
 
-use super::device::SimBuf;
-use super::stub::{one_qp, Stub};
+use crate::engine::sim::device::SimBuf;
+use crate::engine::sim::model;
+use crate::engine::sim::stub::{one_qp, Stub};
 
 fn send(id: u64) -> SendRequest<SimBuf> {
     SendRequest::new(SendOp::Send, Local::whole(SimBuf { id }))
@@ -19,7 +20,7 @@ fn send(id: u64) -> SendRequest<SimBuf> {
 
 #[test]
 fn a_queue_pair_taken_away_answers_with_errors() {
-    super::model::reset();
+    model::reset();
     let ways = ["removed", "leaked with a forgotten lane", "engine replaced"];
     for (n, how) in (0u64..).zip(ways) {
         let mut engine = Engine::assemble(Stub::new(0x44), (), 64, None, None, false);
