@@ -5,9 +5,9 @@
 use crate::device::{GidEntry, PortAttr};
 use crate::endpoint::Endpoint;
 use crate::engine::{
-    Completion, CompletionRef, ConnectOptions, Engine, EngineConfig, Lane, PathInfo, PostError,
-    PreparedHandle, PreparedRecv, PreparedSend, Provider, QpAttributes, QpConfig, QpId, QpState,
-    Verbs,
+    Completion, CompletionRef, ConnectOptions, Engine, EngineConfig, Exposing, Lane, PathInfo,
+    PostError, PreparedHandle, PreparedRecv, PreparedSend, Provider, QpAttributes, QpConfig, QpId,
+    QpState, Verbs,
 };
 use crate::error::{site, Error, ErrorKind};
 use crate::memory::{Access, ArenaBuf, ExposedBuf, HostBuf, NicBuf};
@@ -144,8 +144,14 @@ impl<B: NicBuf> QueuePair<B> {
         buf: ArenaBuf,
         access: Access,
         tag: u64,
-    ) -> Result<ExposedBuf, (Error, ArenaBuf)> {
+    ) -> Result<Exposing, (Error, ArenaBuf)> {
         self.engine.expose(self.id, buf, access, tag)
+    }
+
+    /// The buffer `exposing` exposes, once its window's bind has completed
+    /// (see [`Engine::exposed`]).
+    pub fn exposed(&mut self, exposing: Exposing) -> Result<ExposedBuf, (Error, Exposing)> {
+        self.engine.exposed(exposing)
     }
 
     /// Polls until a request is handed back or `deadline` passes (see

@@ -16,6 +16,8 @@
 
 mod addressing;
 mod ah_table;
+mod bind;
+mod bind_table;
 mod check;
 mod completion;
 mod config;
@@ -48,6 +50,7 @@ pub use connect::QpAttributes;
 pub use core::Engine;
 pub use doorbell::RawSend;
 pub use doorbell::Verbs;
+pub use expose::Exposing;
 // For `QueuePair`'s bound; outside the crate the trait stays unnamed.
 pub(crate) use doorbell::Provider;
 pub use id::RAW_ID_LIMIT;

@@ -17,6 +17,8 @@
 #![allow(unsafe_code)]
 
 mod alloc_count;
+#[cfg(test)]
+mod binds;
 pub(crate) mod device;
 mod drain;
 mod forge;

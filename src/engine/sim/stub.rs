@@ -54,6 +54,7 @@ impl Provider for Stub {
     type Qp = ();
     type Cq = ();
     type Srq = ();
+    type Window = ();
 
     unsafe fn post_send(&mut self, _: &(), wrs: &mut [sys::ibv_send_wr]) -> Result<(), PostFailed> {
         self.posts += 1;
