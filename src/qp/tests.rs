@@ -23,6 +23,11 @@ fn a_queue_pair_taken_away_answers_with_errors() {
     model::reset();
     let ways = ["removed", "leaked with a forgotten lane", "engine replaced"];
     for (n, how) in (0u64..).zip(ways) {
+        // The forgotten lane leaks on purpose; Miri runs this module
+        // without tolerating leaks (`.ci/run`).
+        if cfg!(miri) && n == 1 {
+            continue;
+        }
         let mut engine = Engine::assemble(Stub::new(0x44), (), 64, None, None, false);
         let qp = one_qp(&mut engine, 0x44, 8);
         let mut front = QueuePair::from_parts(engine, qp).unwrap();
