@@ -135,7 +135,7 @@ fn no_completion_is_lost_across_ten_thousand_wake_ups() {
             std::thread::sleep(Duration::from_micros(200)); // let the receiver sleep between bursts
         }
     }
-    while a.in_flight().0 > 0 {
+    while a.in_flight().unwrap().0 > 0 {
         a.wait(support::deadline(), |c| c.result().unwrap())
             .unwrap();
     }

@@ -275,7 +275,7 @@ impl<'a> Client<'a> {
             "FAULT injected scenario={} after_job={} in_flight={} cmd_ms={:.1}",
             self.opts.scenario.name(),
             self.next_job,
-            self.qp.in_flight().0,
+            self.qp.in_flight()?.0,
             ms(now - t)
         );
         Ok(now)
@@ -311,7 +311,7 @@ impl<'a> Client<'a> {
                 self.r.stalled = true;
                 println!(
                     "STALL no completion at all within the bound while the port is down; {} requests held",
-                    self.qp.in_flight().0
+                    self.qp.in_flight()?.0
                 );
                 return Ok(());
             }
@@ -322,7 +322,7 @@ impl<'a> Client<'a> {
         let detect = ms(at - t_fault);
         self.r.detect_ms = Some(detect);
         // Everything behind the first error must come back, flushed.
-        while self.qp.in_flight().0 > 0 {
+        while self.qp.in_flight()?.0 > 0 {
             self.pump_or_hang(DRAIN, "draining flushed requests")?;
         }
         let expected = match opts.scenario {
@@ -430,7 +430,7 @@ impl<'a> Client<'a> {
         loop {
             self.fill(until)?;
             let more = !self.errored && (self.next_job < until || !self.repairs.is_empty());
-            let busy = self.qp.in_flight().0 > 0;
+            let busy = self.qp.in_flight()?.0 > 0;
             if !busy || (!drain && !more) {
                 return Ok(());
             }

@@ -90,7 +90,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 );
                 qp.reset(Deadline::after(Duration::from_secs(10)), |_| {})?;
                 attach(&mut qp, &mut chan)?;
-                println!("server: reconnected, QP in {}", qp.state());
+                println!("server: reconnected, QP in {}", qp.state()?);
             }
             chan::KILL => {
                 println!("server: told to die; aborting (no cleanup, like a crash)");

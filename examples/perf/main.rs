@@ -87,8 +87,8 @@ fn loopback(opts: &Opts, clock: &Clock) -> Result<(), BoxError> {
     };
     let mut out = Output::new(opts, &a, clock, mode)?;
     for size in opts.sizes() {
-        let pa = opts.params(&a, size, true, clock);
-        let pb = opts.params(&b, size, false, clock);
+        let pa = opts.params(&a, size, true, clock)?;
+        let pb = opts.params(&b, size, false, clock)?;
         a.prepare(&pa)?;
         b.prepare(&pb)?;
         out.note_depth(&pa, a.depth());
@@ -140,12 +140,12 @@ impl<'a> Output<'a> {
     ) -> Result<Output<'a>, BoxError> {
         let qp = &side.lanes[0].qp;
         let mtu = qp.query()?.path_mtu;
-        let link = match qp.port().link_layer() {
+        let link = match qp.port()?.link_layer() {
             verbs::device::LinkLayer::ETHERNET => "Ethernet",
             _ => "IB",
         };
-        let inline = opts.inline_request().min(qp.caps().max_inline_data);
-        let gid = qp.gid().map(|g| g.index);
+        let inline = opts.inline_request().min(qp.caps()?.max_inline_data);
+        let gid = qp.gid()?.map(|g| g.index);
         let cq_mod = opts.cq_mod(opts.sizes()[0]);
         let wait = if opts.spin_hint {
             "spin with a CPU pause hint per empty poll"

@@ -311,9 +311,15 @@ impl Opts {
     }
 
     /// The knobs of one size's run on `side`.
-    pub fn params(&self, side: &Side, size: usize, initiator: bool, clock: &Clock) -> Params {
-        let granted = side.lanes[0].qp.caps().max_inline_data as usize;
-        Params {
+    pub fn params(
+        &self,
+        side: &Side,
+        size: usize,
+        initiator: bool,
+        clock: &Clock,
+    ) -> Result<Params, verbs::Error> {
+        let granted = side.lanes[0].qp.caps()?.max_inline_data as usize;
+        Ok(Params {
             test: self.test,
             size,
             iters: self.iters(),
@@ -327,7 +333,7 @@ impl Opts {
             plain: self.plain,
             warm_up: self.warm_up && matches!(self.test, Test::WriteBw | Test::ReadBw),
             stall: clock.ticks_in(STALL),
-        }
+        })
     }
 
     /// What both sides of a two-host run must agree on.

@@ -65,7 +65,7 @@ pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxErro
     // only the initiator does (the passive side's NIC answers for it).
     let reports = initiator || (opts.test.is_latency() && opts.test.peer_is_active());
     for size in opts.sizes() {
-        let p = opts.params(&side, size, initiator, clock);
+        let p = opts.params(&side, size, initiator, clock)?;
         side.prepare(&p)?;
         out.note_depth(&p, side.depth());
         // Both sides prepared (receives posted, inboxes cleared) before

@@ -10,6 +10,7 @@ use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
 
 use super::ah_table::AhTable;
+use super::bind_table::BindTable;
 use super::doorbell::{Provider, Verbs};
 use super::id::MAX_QPS;
 use super::prepared_table::PreparedTable;
@@ -54,6 +55,10 @@ pub struct Engine<B, P: Provider = Verbs> {
     pub(crate) ahs: AhTable,
     /// What new queue pairs were last set up from (`addressing.rs`).
     pub(crate) addressing: Option<super::addressing::Addressing>,
+    /// Window binds posted and not yet claimed (`bind.rs`): each window
+    /// (with its buffer) stays here until its bind is no longer in flight;
+    /// dropped after the queue pairs, leaked if one of them was.
+    pub(crate) binds: BindTable<P::Window>,
 }
 
 impl<B: NicBuf, P: Provider> Engine<B, P> {
@@ -89,6 +94,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             events,
             ahs: AhTable::new(),
             addressing: None,
+            binds: BindTable::new(),
         }
     }
 
@@ -279,6 +285,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             let dead = core::mem::replace(&mut self.qps[index as usize], vacant_slot());
             core::mem::forget(dead);
             self.prepared.leak_qp(index);
+            self.binds.leak_qp(index);
             self.ahs.pin();
             return Err(e.leaked(site!(
                 "ibv_destroy_qp",
@@ -323,11 +330,12 @@ impl<B, P: Provider> Drop for Engine<B, P> {
         if leaked {
             // A leaked queue pair may still send with any address handle.
             self.ahs.pin();
-            // Prepared requests may belong to a leaked queue pair.
+            // Prepared requests and binds may belong to a leaked queue pair.
             core::mem::forget(core::mem::replace(
                 &mut self.prepared,
                 PreparedTable::new(self.id),
             ));
+            core::mem::forget(core::mem::replace(&mut self.binds, BindTable::new()));
         }
         if let Some(srq) = self.srq.take() {
             let (handle, slots) = srq.into_parts();

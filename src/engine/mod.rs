@@ -16,6 +16,8 @@
 
 mod addressing;
 mod ah_table;
+mod bind;
+mod bind_table;
 mod check;
 mod completion;
 mod config;
@@ -35,7 +37,7 @@ mod qp_slot;
 mod ring;
 mod setup;
 #[cfg(test)]
-mod sim;
+pub(crate) mod sim;
 mod srq;
 mod ud;
 
@@ -48,6 +50,9 @@ pub use connect::QpAttributes;
 pub use core::Engine;
 pub use doorbell::RawSend;
 pub use doorbell::Verbs;
+pub use expose::Exposing;
+// For `QueuePair`'s bound; outside the crate the trait stays unnamed.
+pub(crate) use doorbell::Provider;
 pub use id::RAW_ID_LIMIT;
 pub use lane::{Lane, LanePoll};
 pub use path::PathInfo;

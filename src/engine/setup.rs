@@ -347,6 +347,21 @@ impl<B: NicBuf> Engine<B, Verbs> {
             .ok_or(Error::invalid(site!("queue pair")))?;
         Ok(raw.as_ptr() as usize)
     }
+
+    /// The connection manager's id `qp` was made on: what disconnects it,
+    /// found through the queue pair so that it follows the queue pair
+    /// wherever it is moved.
+    #[cfg(feature = "rdmacm")]
+    pub(crate) fn cm_id(&self, qp: QpId) -> Result<Arc<crate::raw::cm::RawCmId>, Error> {
+        let raw = self.slot(qp)?.qp.as_ref();
+        raw.and_then(|q| q.cm_id()).cloned().ok_or(Error::new(
+            site!(
+                "rdma_cm",
+                "this queue pair was not made by the connection manager (was it swapped in?)"
+            ),
+            ErrorKind::NotFound,
+        ))
+    }
 }
 
 fn select_gid(

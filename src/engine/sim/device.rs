@@ -63,6 +63,11 @@ unsafe impl NicBuf for SimBuf {
     }
 }
 
+/// A window bound (or being bound) to a buffer of the simulation: it
+/// holds the buffer, which its drop frees.
+#[derive(Debug)]
+pub(crate) struct SimWindow(pub(crate) SimBuf);
+
 /// A request the device holds: its id, whether signaled, the buffers its
 /// entries name.
 #[derive(Clone, Debug)]

@@ -17,7 +17,9 @@
 #![allow(unsafe_code)]
 
 mod alloc_count;
-mod device;
+#[cfg(test)]
+mod binds;
+pub(crate) mod device;
 mod drain;
 mod forge;
 mod lane_ops;
@@ -26,7 +28,7 @@ mod lane_recv;
 mod lifecycle;
 #[cfg(test)]
 mod limits;
-mod model;
+pub(crate) mod model;
 mod plan;
 mod polling;
 mod prepared_ops;
@@ -35,7 +37,7 @@ mod provider;
 mod reset_flush;
 mod rng;
 mod run;
-mod stub;
+pub(crate) mod stub;
 mod window;
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use crate::memory::NicBuf;
 use crate::raw::PostFailed;
 use crate::sys::{self, Zeroed};
 
-pub(super) struct Stub {
+pub(crate) struct Stub {
     pub(super) recv_id: u64,
     pub(super) send_id: u64,
     /// Calls of the three posts.
@@ -21,7 +21,7 @@ pub(super) struct Stub {
 }
 
 impl Stub {
-    pub(super) fn new(qp_num: u32) -> Stub {
+    pub(crate) fn new(qp_num: u32) -> Stub {
         Stub {
             recv_id: 0,
             send_id: 0,
@@ -34,7 +34,7 @@ impl Stub {
 /// Places a queue pair numbered `qp_num` (as the stub's completions say)
 /// in `engine`, `depth` deep both ways with one scatter/gather entry per
 /// request, and moves it to RTS.
-pub(super) fn one_qp<B: NicBuf>(engine: &mut Engine<B, Stub>, qp_num: u32, depth: u32) -> QpId {
+pub(crate) fn one_qp<B: NicBuf>(engine: &mut Engine<B, Stub>, qp_num: u32, depth: u32) -> QpId {
     let caps = sys::ibv_qp_cap {
         max_send_wr: depth,
         max_recv_wr: depth,
@@ -54,6 +54,7 @@ impl Provider for Stub {
     type Qp = ();
     type Cq = ();
     type Srq = ();
+    type Window = ();
 
     unsafe fn post_send(&mut self, _: &(), wrs: &mut [sys::ibv_send_wr]) -> Result<(), PostFailed> {
         self.posts += 1;

@@ -1,0 +1,105 @@
+//! Window binds: from the post of a bind until the engine has seen its
+//! completion, the engine holds the window (and through it the buffer it
+//! binds), so that nothing can deallocate the window or free the buffer
+//! while the device may still carry the bind out (the io_uring rule: an
+//! operation's memory stays with the driver until its completion).
+//! [`Engine::bind_posted`] takes the window and gives a [`BindTicket`];
+//! [`Engine::claim_bind`] gives the window back only once the bind is no
+//! longer in flight: its completion (or a later one) polled, a reset's
+//! flush, or its queue pair destroyed. A queue pair whose destroy failed,
+//! or that a forgotten lane leaked, keeps its binds' windows forever.
+
+use crate::error::{site, Error, ErrorKind};
+use crate::memory::NicBuf;
+use crate::sys::ibv_wc_opcode as WcOpcode;
+
+use super::bind_table::BindTicket;
+use super::check::cannot_send_on;
+use super::core::Engine;
+use super::doorbell::Provider;
+use super::id;
+use super::qp_slot::QpId;
+
+impl<B: NicBuf, P: Provider> Engine<B, P> {
+    /// Where a bind on `qp` goes, once its send queue has room: the
+    /// provider, the queue pair's handle and the work request id of its
+    /// next send. The caller posts the bind with that id, then calls
+    /// [`Engine::bind_posted`] before anything else posts on `qp`.
+    pub(crate) fn bind_slot(&mut self, qp: QpId) -> Result<(&mut P, &P::Qp, u64), Error> {
+        let (prov, slot) = self.split(qp)?;
+        if slot.send.len() >= slot.send_room {
+            return Err(cannot_send_on(slot));
+        }
+        let seq = slot.send.next_seq();
+        let raw = slot
+            .qp
+            .as_ref()
+            .ok_or(Error::invalid(site!("queue pair")))?;
+        Ok((prov, raw, id::ring(false, qp.index, seq)))
+    }
+
+    /// Records the bind just posted on `qp` (with the id `bind_slot` gave)
+    /// as a signaled send tagged `tag`, and keeps `window` until its
+    /// completion.
+    pub(crate) fn bind_posted(&mut self, qp: QpId, tag: u64, window: P::Window) -> BindTicket {
+        let Ok(slot) = self.slot_mut(qp) else {
+            // Not the queue pair `bind_slot` found: nothing can say when
+            // the bind ends, so its window is kept for good.
+            return self.binds.insert(self.id, qp, 0, window, true);
+        };
+        let seq = slot.send.next_seq();
+        slot.unsignaled_run = 0;
+        slot.send.push(tag, WcOpcode::BIND_MW);
+        self.binds.insert(self.id, qp, seq, window, false)
+    }
+
+    /// The window of `ticket`'s bind, once the bind is no longer in
+    /// flight; until then (or for another engine's ticket) the ticket
+    /// comes back with the error.
+    pub(crate) fn claim_bind(
+        &mut self,
+        ticket: BindTicket,
+    ) -> Result<P::Window, (Error, BindTicket)> {
+        let Some((qp, seq, leaked)) = self.binds.find(self.id, &ticket) else {
+            return Err((not_ours(), ticket));
+        };
+        if self.bind_in_flight(qp, seq, leaked) {
+            return Err((in_flight(), ticket));
+        }
+        match self.binds.take(&ticket) {
+            Some(window) => Ok(window),
+            None => Err((not_ours(), ticket)),
+        }
+    }
+
+    /// True while the device may still carry out bind `seq` of `qp`.
+    fn bind_in_flight(&self, qp: QpId, seq: u64, leaked: bool) -> bool {
+        match self.qps.get(qp.index as usize) {
+            _ if leaked => true,
+            // A forgotten lane leaked the queue pair.
+            Some(s) if s.lane_out => true,
+            Some(s) => s.generation == qp.generation && s.is_live() && s.send.contains(seq),
+            None => false,
+        }
+    }
+}
+
+#[cold]
+fn not_ours() -> Error {
+    Error::new(
+        site!("expose", "not a bind of this engine, or claimed"),
+        ErrorKind::NotFound,
+    )
+}
+
+#[cold]
+fn in_flight() -> Error {
+    Error::new(
+        site!(
+            "expose",
+            "the window's bind has not completed: the device may still carry it out",
+            "poll until its completion (opcode BIND_MW, the tag given to expose) comes back"
+        ),
+        ErrorKind::BadState,
+    )
+}
