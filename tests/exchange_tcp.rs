@@ -322,6 +322,9 @@ fn a_flood_of_silent_connections_does_not_lock_out_a_client(srv: &mut TestServer
     srv.serves_a_legit_client(18);
 }
 
+/// Endpoints a server must refuse, each with the reason it must give.
+type Refusals = Vec<(Endpoint, EndpointError)>;
+
 /// A server refuses, before revealing anything, what no queue pair on its
 /// port can reach: on RoCE a zero GID, on InfiniBand a LID that is not
 /// unicast (a zero GID with a unicast LID is the usual InfiniBand
@@ -337,7 +340,7 @@ fn a_server_refuses_what_its_port_cannot_address() {
     };
     let v4 = Gid::from_ipv4([10, 0, 0, 2]);
     #[rustfmt::skip]
-    let ports: [(Option<LinkLayer>, Vec<(Endpoint, EndpointError)>, Vec<Endpoint>); 3] = [
+    let ports: [(Option<LinkLayer>, Refusals, Vec<Endpoint>); 3] = [
         (Some(LinkLayer::ETHERNET),
          vec![(at(30, 0, Gid::ZERO), EndpointError::ZeroGid),
               (at(31, 7, Gid::ZERO), EndpointError::ZeroGid)],
