@@ -12,7 +12,8 @@ use std::sync::mpsc::{self, Receiver};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use verbs::endpoint::{Endpoint, Mtu, RemoteRegion};
+use verbs::device::LinkLayer;
+use verbs::endpoint::{Endpoint, EndpointError, Mtu, RemoteRegion};
 use verbs::exchange::{
     connect, connect_and_exchange, ExchangeError, Listener, Server, ServerConfig, Session,
     Timeouts, TutorialSide,
@@ -110,21 +111,28 @@ impl TestServer {
     /// the session works as a control channel.
     fn serves_a_legit_client(&mut self, qpn: u32) {
         let started = Instant::now();
+        self.serves(endpoint(qpn, 1));
+        let took = started.elapsed();
+        assert!(took < Duration::from_secs(2), "legit client took {took:?}");
+    }
+
+    /// A client presenting `ours` (and the right token) is served: each
+    /// side gets the other's endpoint, and the session works as a
+    /// control channel.
+    fn serves(&mut self, ours: Endpoint) {
         let addr = self.addr;
+        let sent = ours.clone();
         let client = thread::spawn(move || {
-            let ours = endpoint(qpn, 1);
             let (mut session, theirs) =
-                connect_and_exchange(addr, &ours, Some(&token()), ms(5000)).unwrap();
+                connect_and_exchange(addr, &sent, Some(&token()), ms(5000)).unwrap();
             session.sync(ms(5000)).unwrap();
             theirs
         });
         let hs = self.server.next_client(ms(5000)).unwrap();
-        assert_eq!(hs.peer_endpoint(), &endpoint(qpn, 1));
+        assert_eq!(hs.peer_endpoint(), &ours);
         let mut session = hs.reply(&server_endpoint()).unwrap();
         session.sync(ms(5000)).unwrap();
         assert_eq!(client.join().unwrap(), server_endpoint());
-        let took = started.elapsed();
-        assert!(took < Duration::from_secs(2), "legit client took {took:?}");
     }
 }
 
@@ -170,6 +178,7 @@ fn one_server_survives_every_attack() {
         hello_timeout: HELLO_TIMEOUT,
         client_timeout: Duration::from_secs(2),
         max_pending: 64,
+        ..ServerConfig::default()
     });
     srv.serves_a_legit_client(2);
 
@@ -208,6 +217,8 @@ fn one_server_survives_every_attack() {
         (hello_bytes(10, None), false, "BadToken { presented: false }", "no token"),
         (edit(qpn_at, &0u32.to_be_bytes()), false, "Decode(ReservedQpn(0))", "qpn 0 is reserved"),
         (edit(qpn_at, &1u32.to_be_bytes()), false, "Decode(ReservedQpn(1))", "qpn 1 is reserved"),
+        // The multicast QPN: no reliable-connected queue pair has it.
+        (edit(qpn_at, &0xff_ffffu32.to_be_bytes()), false, "Decode(ReservedQpn(16777215))", "is multicast"),
         (header(65, 28 + 20 * 65), false, "Decode(Inconsistent(", "region count above"),
         (header(1, u32::MAX), false, "Decode(Oversized {", "too large"),
     ];
@@ -309,6 +320,90 @@ fn a_flood_of_silent_connections_does_not_lock_out_a_client(srv: &mut TestServer
     assert!(held < Duration::from_secs(3), "the flood was held {held:?}");
     assert!(evicted > 0, "200 connections and none evicted");
     srv.serves_a_legit_client(18);
+}
+
+/// Endpoints a server must refuse, each with the reason it must give.
+type Refusals = Vec<(Endpoint, EndpointError)>;
+
+/// A server refuses, before revealing anything, what no queue pair on its
+/// port can reach: on RoCE a zero GID, on InfiniBand a LID that is not
+/// unicast (a zero GID with a unicast LID is the usual InfiniBand
+/// endpoint), and on a port it was not told of, an endpoint with neither
+/// a GID nor a LID. Each refused client gets nothing; a valid one is
+/// served after it.
+#[test]
+fn a_server_refuses_what_its_port_cannot_address() {
+    let at = |qpn: u32, lid: u16, gid: Gid| Endpoint {
+        lid,
+        gid,
+        ..endpoint(qpn, 1)
+    };
+    let v4 = Gid::from_ipv4([10, 0, 0, 2]);
+    #[rustfmt::skip]
+    let ports: [(Option<LinkLayer>, Refusals, Vec<Endpoint>); 3] = [
+        (Some(LinkLayer::ETHERNET),
+         vec![(at(30, 0, Gid::ZERO), EndpointError::ZeroGid),
+              (at(31, 7, Gid::ZERO), EndpointError::ZeroGid)],
+         vec![at(32, 0, v4)]),
+        (Some(LinkLayer::INFINIBAND),
+         vec![(at(40, 0, v4), EndpointError::NotUnicastLid(0)),
+              (at(41, 0xc000, Gid::ZERO), EndpointError::NotUnicastLid(0xc000)),
+              (at(42, 0xffff, v4), EndpointError::NotUnicastLid(0xffff))],
+         vec![at(43, 5, Gid::ZERO), at(44, 0xbfff, v4)]),
+        (None,
+         vec![(at(50, 0, Gid::ZERO), EndpointError::NoAddress)],
+         vec![at(51, 7, Gid::ZERO), at(52, 0, v4)]),
+    ];
+    for (link_layer, refused_eps, served) in ports {
+        let mut srv = TestServer::start(ServerConfig {
+            token: Some(token()),
+            link_layer,
+            ..ServerConfig::default()
+        });
+        for (ep, why) in refused_eps {
+            let hello = wire::encode(&Message::hello(ep, Some(token()))).unwrap();
+            let debug = format!("Unaddressable({why:?})");
+            refused(
+                &mut srv,
+                &hello,
+                false,
+                &debug,
+                "no queue pair on this port can reach",
+            );
+        }
+        for ep in served {
+            srv.serves(ep);
+        }
+    }
+}
+
+/// What a client sends after its hello rides with it: the server reads
+/// it from the handshake before it replies (here: how much the client
+/// asks for), and the client reads the reply afterwards.
+#[test]
+fn a_request_rides_with_the_hello_and_is_read_before_the_reply() {
+    let srv = TestServer::start(ServerConfig::default());
+    let addr = srv.addr;
+    let client = thread::spawn(move || {
+        let mut session = connect(addr, ms(5000)).unwrap();
+        session
+            .send_hello(&endpoint(0x21, 0), None, ms(5000))
+            .unwrap();
+        session
+            .stream_mut()
+            .write_all(&64u32.to_be_bytes())
+            .unwrap();
+        session.read_reply(ms(5000)).unwrap()
+    });
+    let mut hs = srv.server.next_client(ms(5000)).unwrap();
+    let mut asked = [0u8; 4];
+    let left = hs.expires().remaining().max(Duration::from_millis(1));
+    let stream = hs.session_mut().stream_mut();
+    stream.set_read_timeout(Some(left)).unwrap();
+    stream.read_exact(&mut asked).unwrap();
+    assert_eq!(u32::from_be_bytes(asked), 64);
+    hs.reply(&server_endpoint()).unwrap();
+    assert_eq!(client.join().unwrap(), server_endpoint());
 }
 
 /// Asserts that a call begun at `start` with a deadline `budget` later
@@ -544,4 +639,7 @@ fn errors_convert_to_io_errors() {
     assert_eq!(e.kind(), io::ErrorKind::InvalidData);
     let e: io::Error = ExchangeError::BadToken { presented: true }.into();
     assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+    let e: io::Error = ExchangeError::Unaddressable(EndpointError::ZeroGid).into();
+    assert_eq!(e.kind(), io::ErrorKind::InvalidData);
+    assert!(e.to_string().contains("gid is zero"), "{e}");
 }

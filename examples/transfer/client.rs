@@ -66,18 +66,6 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
     };
     config.paths.retry.validate()?;
 
-    // Where a drill that hangs at its start got to.
-    println!("client: connecting to {host}:{}", opts.port);
-    let mut session =
-        exchange::connect((host, opts.port), Deadline::after(Duration::from_secs(120)))?;
-    println!(
-        "client: connected after {:.2} s",
-        opts.t0.elapsed().as_secs_f64()
-    );
-    let shape = ((devs.len() as u64) << 32) | opts.qps as u64;
-    proto::send(&mut session, proto::SETUP, len, shape)?;
-    proto::send(&mut session, proto::SETUP, u64::from(opts.read), chunk_len)?;
-
     // Every plane gets its own copy of every chunk (registered memory is
     // per device); the checksum of the source is taken on the way.
     let chunks = config.chunks();
@@ -125,7 +113,17 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
     }
     let source_sum = sum.value();
 
-    // Connect every path: plane-major, the server's order.
+    // Where a drill that hangs at its start got to.
+    println!("client: connecting to {host}:{}", opts.port);
+    let mut session =
+        exchange::connect((host, opts.port), Deadline::after(Duration::from_secs(120)))?;
+    println!(
+        "client: connected after {:.2} s",
+        opts.t0.elapsed().as_secs_f64()
+    );
+    // Connect every path: plane-major, the server's order. The first
+    // hello carries the token, and the setup rides right behind it: the
+    // server judges both before it registers or reveals anything.
     let qp_config = config.qp;
     let mut paths = Vec::new();
     let mut remotes = Vec::new();
@@ -135,7 +133,16 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
         for _ in 0..opts.qps {
             let qp = engine.add_qp(&qp_config)?;
             let index = paths.len();
-            let peer = session.client_exchange(&engine.endpoint(qp)?, None, deadline)?;
+            let ours = engine.endpoint(qp)?;
+            let peer = if index == 0 {
+                session.send_hello(&ours, opts.token.as_ref(), deadline)?;
+                let shape = ((devs.len() as u64) << 32) | opts.qps as u64;
+                proto::send(&mut session, proto::SETUP, len, shape)?;
+                proto::send(&mut session, proto::SETUP, u64::from(opts.read), chunk_len)?;
+                session.read_reply(deadline)?
+            } else {
+                session.client_exchange(&ours, None, deadline)?
+            };
             remote = remote.or(peer.regions.first().copied());
             engine.connect_with(qp, &peer, &config.paths.connect_options(index))?;
             let a = engine.query(qp)?;

@@ -32,22 +32,6 @@ pub(super) fn is_transient_accept_error(e: &io::Error) -> bool {
     )
 }
 
-/// Connect errors that mean the peer is not reachable or not listening
-/// yet, which a peer still starting causes: retried until the deadline.
-/// A host still booting is unreachable until it answers ARP
-/// (`EHOSTUNREACH`) and its network may not be routed yet (`ENETUNREACH`).
-fn peer_not_there_yet(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionReset
-            | io::ErrorKind::ConnectionAborted
-    ) || matches!(
-        e.raw_os_error(),
-        Some(libc::EHOSTUNREACH | libc::ENETUNREACH)
-    )
-}
-
 /// A TCP listener taking one connection at a time, within a deadline.
 ///
 /// For the primer's format ([`Session::exchange_tutorial`]) and for
@@ -109,10 +93,11 @@ impl Listener {
 /// `deadline` while nobody listens yet, so the client may start first.
 ///
 /// Each resolved address is tried in turn with `connect_timeout` bounded
-/// by the time left. A refused, reset or aborted attempt, or an
-/// unreachable host or network (a peer still booting), is retried after a
-/// short pause (5 ms doubling to 50 ms); other errors move on to the next
-/// address and are returned if every address fails that way. When
+/// by the time left. A refused, reset or aborted attempt, and one that
+/// finds no route to the host or its network (a peer still booting does
+/// not answer ARP yet), is retried after a short pause (5 ms doubling to
+/// 50 ms); other errors move on to the next address and are returned if
+/// every address fails that way. When
 /// the deadline passes the result is the last refusal as
 /// [`ExchangeError::Io`] (`ConnectionRefused` says more than "timed
 /// out"), or [`ExchangeError::TimedOut`] if attempts were timing out.
@@ -152,7 +137,7 @@ pub fn connect(addr: impl ToSocketAddrs, deadline: Deadline) -> Result<Session, 
                     worth_retrying = true;
                     last = None;
                 }
-                Err(e) if peer_not_there_yet(&e) => {
+                Err(e) if not_yet(&e) => {
                     worth_retrying = true;
                     last = Some(e);
                 }
@@ -171,6 +156,21 @@ pub fn connect(addr: impl ToSocketAddrs, deadline: Deadline) -> Result<Session, 
         thread::sleep(pause.min(left));
         pause = (pause * 2).min(CONNECT_RETRY_MAX);
     }
+}
+
+/// Whether a failed connect may succeed later: nobody listens yet, or the
+/// host is not reachable yet (`EHOSTUNREACH`, `ENETUNREACH`: a booting
+/// peer, a link coming up).
+fn not_yet(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+    ) || matches!(
+        e.raw_os_error(),
+        Some(libc::EHOSTUNREACH | libc::ENETUNREACH)
+    )
 }
 
 /// The whole client side: [`connect`], send our hello (with `token` if
@@ -198,10 +198,10 @@ mod tests {
     #[test]
     fn a_peer_still_booting_is_retried_and_a_bad_address_is_not() {
         for errno in [libc::ECONNREFUSED, libc::EHOSTUNREACH, libc::ENETUNREACH] {
-            assert!(peer_not_there_yet(&io::Error::from_raw_os_error(errno)));
+            assert!(not_yet(&io::Error::from_raw_os_error(errno)));
         }
         for errno in [libc::EADDRNOTAVAIL, libc::EACCES, libc::EINVAL] {
-            assert!(!peer_not_there_yet(&io::Error::from_raw_os_error(errno)));
+            assert!(!not_yet(&io::Error::from_raw_os_error(errno)));
         }
     }
 }
