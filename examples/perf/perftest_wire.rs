@@ -222,7 +222,7 @@ fn set_up(
     setup.inbox_len = setup.max_size.max(cycle.max(msg::PAGE_SIZE) as usize);
     let mut side = Side::new(pd, &setup)?;
     side.clear_inbox = false;
-    let link = side.lanes[0].qp.port().link_layer();
+    let link = side.lanes[0].qp.port()?.link_layer();
     let with_gid = opts.gid_index.is_some() || link == LinkLayer::ETHERNET;
     let out_reads = match opts.test {
         Test::ReadLat | Test::ReadBw | Test::AtomicLat => {
@@ -277,12 +277,12 @@ fn measure(
     // The peer may start once the last round is through: the first size's
     // receives are posted and requests prepared before it.
     if let Some(&first) = sizes.first() {
-        side.prepare(&opts.params(&side, first, initiator, clock))?;
+        side.prepare(&opts.params(&side, first, initiator, clock)?)?;
     }
     keys.round(peer, last, deadline)?;
     let mut mine = None;
     for (i, &size) in sizes.iter().enumerate() {
-        let p = opts.params(&side, size, initiator, clock);
+        let p = opts.params(&side, size, initiator, clock)?;
         if i > 0 {
             side.prepare(&p)?;
         }
