@@ -615,7 +615,7 @@ sr_shared_run() {
 			sr_say "$(awk -v a="$t0" -v b="$(stat -c %.3Y "$jd/started")" -v c="$EPOCHREALTIME" -v how="${booted:+booted for it}" \
 				'BEGIN { printf "queued-to-command %.2f s, whole job %.2f s (shared guest%s)", b - a, c - a, how ? ", " how : "" }')"
 		fi
-		if [[ -s $jd/tainted ]]; then
+		if [[ -e $jd/tainted ]]; then
 			sr_say "$* changed the guest; the next command gets a fresh one:"
 			sed 's/^/  /' "$jd/tainted" >&2
 		fi
