@@ -166,10 +166,7 @@ fn connecting_where_nobody_listens_fails_in_time_and_names_the_event() {
         .expect("nobody listens there");
     let took = t0.elapsed();
     println!("{err} after {took:?}");
-    assert!(
-        took < limit + Duration::from_secs(2),
-        "bounded by the deadline: {took:?}"
-    );
+    assert!(took < limit * 2, "bounded by the deadline: {took:?}");
     match err.kind() {
         ErrorKind::CmEvent => {
             let (event, _status) = err.cm_event().unwrap();
