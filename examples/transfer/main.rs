@@ -10,7 +10,7 @@
 //!                 [--mib M | --file PATH] [--read] [--chunk-kib C] [--depth D]
 //!                 [--timeout T] [--retry R] [--slack X] [--tc TC] [--hop-limit H]
 //!                 [--start-at SECS] [--cut-at SECS] [--at-half CMD] [--tick-ms MS]
-//!                 [--fail-every MIB] [--no-readmit]
+//!                 [--fail-every MIB] [--no-readmit] [--trace]
 //!   --zero-chunk  (server) zero chunk C on every plane before the first check,
 //!               as if its write had never landed: the client's repair round
 //!               must send it again
@@ -32,6 +32,8 @@
 //!               fraction done then and at the device's PORT_ERR
 //!   --fail-every  fail the busiest live path every MIB MiB done (as a watchdog
 //!               misled by a starved host would): its writes are on the wire
+//!   --trace     print every post (with its queue pair and PSNs), completion,
+//!               failure, reset and connection of the transfer at the end
 //! ```
 //! The client prints a progress line (total and per-path rate, path
 //! states), then `checksum ...` and one machine-readable `RESULT ...`
@@ -71,6 +73,7 @@ pub struct Opts {
     pub zero_chunk: Option<usize>,
     pub tick_ms: u64,
     pub readmit: bool,
+    pub trace: bool,
 }
 
 const USAGE: &str = "usage: transfer server [--port N] [--devs A,B] | transfer client HOST [OPTIONS] (see the source's header)";
@@ -99,6 +102,7 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Opts), String> {
         zero_chunk: None,
         tick_ms: 1000,
         readmit: true,
+        trace: false,
     };
     let mut it = args.iter();
     let role = it.next().cloned().ok_or("a role: server or client")?;
@@ -115,6 +119,10 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Opts), String> {
             }
             "--no-readmit" => {
                 o.readmit = false;
+                continue;
+            }
+            "--trace" => {
+                o.trace = true;
                 continue;
             }
             _ => {}

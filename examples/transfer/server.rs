@@ -63,6 +63,10 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
                 .push(plane.region.remote().ok_or("region not shared")?);
             let peer = session.server_exchange(&ours, None, deadline)?;
             plane.engine.connect(qp, &peer)?;
+            println!(
+                "server: qpn {:#x} psn {:#x} connected to qpn {:#x} psn {:#x}",
+                ours.qpn, ours.psn, peer.qpn, peer.psn
+            );
         }
     }
     session.sync(deadline)?;
@@ -158,9 +162,13 @@ fn repath(
     let peer = session.server_exchange(&ours, None, Deadline::after(Duration::from_secs(2)))?;
     let connected = plane.engine.connect(fresh, &peer);
     println!(
-        "server: path {path} replaced (old QP was {}{}), new QP connected: {}",
+        "server: path {path} replaced (old QP was {}{}), new QP {:#x} psn {:#x} connected to qpn {:#x} psn {:#x}: {}",
         was.unwrap_or_else(|e| e.to_string()),
         removed.map_or_else(|e| format!(", its destroy failed: {e}"), |_| String::new()),
+        ours.qpn,
+        ours.psn,
+        peer.qpn,
+        peer.psn,
         connected
             .as_ref()
             .map_or_else(|e| e.to_string(), |_| "ok".into())

@@ -35,7 +35,7 @@ mod qp_slot;
 mod ring;
 mod setup;
 #[cfg(test)]
-mod sim;
+pub(crate) mod sim;
 mod srq;
 mod ud;
 
@@ -46,6 +46,7 @@ pub use config::{
 };
 pub use connect::QpAttributes;
 pub use core::Engine;
+pub(crate) use doorbell::Provider;
 pub use doorbell::RawSend;
 pub use doorbell::Verbs;
 pub use id::RAW_ID_LIMIT;

@@ -11,7 +11,8 @@
 //! - `config`: what a transfer is given ([`TransferConfig`], [`Plane`],
 //!   [`PeerControl`]) and why only Writes and Reads ([`TransferOp`]).
 //! - `chunks`: where every chunk is; `path`: what a path may do and did.
-//! - `spray`: posting and settling completions; `readmit`: the watchdog,
+//! - `spray`: posting and settling completions; `trace`: what it did,
+//!   when asked; `readmit`: the watchdog,
 //!   port events, reset, probe and re-admission, and the step loop.
 //!
 //! # Shape
@@ -60,12 +61,19 @@
 mod bound;
 mod chunks;
 mod config;
+mod device;
 mod path;
 mod readmit;
+#[cfg(test)]
+mod replay;
+#[cfg(test)]
+mod sim;
 mod spray;
+mod trace;
 
 pub use bound::{DetectionBound, PathOptions, RetryPolicy};
 pub use chunks::{ChunkState, ChunkTable};
 pub use config::{NoPeerControl, PeerControl, Plane, TransferConfig, TransferOp};
 pub use path::{FailCause, PathState, PathStats};
 pub use spray::{Progress, Step, Transfer};
+pub use trace::{TraceEvent, TraceKind};

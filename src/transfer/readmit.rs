@@ -5,8 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::device::PortState;
-use crate::endpoint::Endpoint;
+use crate::engine::{Engine, Provider};
 use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
 use crate::sys::ibv_event_type as Event;
@@ -14,8 +13,10 @@ use crate::time::Deadline;
 use crate::wr::{RemoteSlice, SendOp, SendRequest};
 
 use super::config::{PeerControl, Plane};
+use super::device::PlaneDevice;
 use super::path::{FailCause, PathState};
-use super::spray::{probe_tag, settle, Step, Transfer};
+use super::spray::{probe_tag, Settle, Step, Transfer};
+use super::trace::TraceKind;
 
 /// How often the planes' asynchronous events are read (a system call each).
 const EVENT_CHECK: Duration = Duration::from_millis(10);
@@ -29,7 +30,10 @@ const RESET_SETTLE: Duration = Duration::from_millis(500);
 /// got no time to complete anything is not dead.
 const STEP_GAP_MAX: Duration = Duration::from_millis(50);
 
-impl<B: NicBuf> Transfer<B> {
+impl<B: NicBuf, P: Provider> Transfer<B, P>
+where
+    Engine<B, P>: PlaneDevice<B>,
+{
     /// One round: posts waiting chunks on the paths that are up, polls
     /// every plane once, then fails stalled paths (and those on a plane
     /// that reported `PORT_ERR`), resets failed paths (their chunks wait
@@ -86,7 +90,7 @@ impl<B: NicBuf> Transfer<B> {
         deadline: Deadline,
         idle: Duration,
         tick: Duration,
-        mut on_tick: impl FnMut(&Transfer<B>),
+        mut on_tick: impl FnMut(&Transfer<B, P>),
     ) -> Result<(), Error> {
         let mut last_tick = Instant::now();
         loop {
@@ -136,14 +140,14 @@ impl<B: NicBuf> Transfer<B> {
     /// `PORT_ACTIVE` makes its failed paths due for a probe.
     fn read_port_events(&mut self, now: Instant) -> Result<(), Error> {
         for p in 0..self.planes.len() {
-            while let Some(ev) = self.planes[p].engine.context().next_async_event(0)? {
+            while let Some(event) = self.planes[p].engine.next_port_event()? {
                 let plane = p as u16;
-                if ev.event_type == Event::PORT_ERR {
+                if event == Event::PORT_ERR {
                     self.port_err_at[p] = Some(now);
                     for path in self.paths.iter_mut().filter(|x| x.stats.plane == plane) {
                         path.fail(FailCause::PortError);
                     }
-                } else if ev.event_type == Event::PORT_ACTIVE {
+                } else if event == Event::PORT_ACTIVE {
                     self.port_active_at[p] = Some(now);
                     for path in self.paths.iter_mut().filter(|x| x.stats.plane == plane) {
                         path.next_probe = now;
@@ -167,16 +171,25 @@ impl<B: NicBuf> Transfer<B> {
                 let s = &self.paths[index].stats;
                 (s.plane, s.qp)
             };
-            let config = &self.config;
             let Plane { engine, bufs, .. } = &mut self.planes[usize::from(plane)];
-            let (chunks, paths) = (&mut self.chunks, &mut self.paths);
-            let reset = engine.reset(qp, Deadline::after(RESET_SETTLE), |c| {
-                // Other paths of this engine complete meanwhile: same rules.
-                let from = c.qp().and_then(|q| paths.iter().find(|p| p.stats.qp == q));
-                let from_plane = from.map_or(plane, |p| p.stats.plane);
-                settle(c, from_plane, config, bufs, chunks, paths)
-            });
+            let mut to = Settle {
+                config: &self.config,
+                bufs,
+                chunks: &mut self.chunks,
+                paths: &mut self.paths,
+                trace: &mut self.trace,
+            };
+            // Other paths of this engine complete meanwhile: same rules.
+            let reset = engine.reset_qp(qp, Deadline::after(RESET_SETTLE), |c| to.settle(c, plane));
             let path = &mut self.paths[index];
+            let (generation, qpn) = (path.generation, path.qpn);
+            if let Some(cause) = path.stats.last_cause {
+                self.trace
+                    .record(index as u16, generation, qpn, TraceKind::Failed { cause });
+            }
+            let ok = reset.is_ok();
+            self.trace
+                .record(index as u16, generation, qpn, TraceKind::Reset { ok });
             if reset.is_err() {
                 // Its buffers stay with the queue pair; its chunks go out
                 // on other planes (their buffers here are gone).
@@ -219,11 +232,7 @@ impl<B: NicBuf> Transfer<B> {
             }
             let (plane, qp) = (usize::from(path.stats.plane), path.stats.qp);
             let port = self.planes[plane].port;
-            let active = self.planes[plane]
-                .engine
-                .context()
-                .query_port(port)
-                .is_ok_and(|a| a.state() == PortState::ACTIVE);
+            let active = self.planes[plane].engine.port_active(port);
             let peer = if active {
                 // A fresh queue pair: see `PeerControl` for why not the old one.
                 let engine = &mut self.planes[plane].engine;
@@ -231,16 +240,15 @@ impl<B: NicBuf> Transfer<B> {
                 // try); a failed destroy leaks it. Removed first, so its
                 // completion queue room goes to the new one.
                 let _ = engine.remove_qp(qp);
-                let fresh = engine.add_qp(&self.config.qp)?;
+                let (fresh, ours) = engine.fresh_qp(&self.config.qp)?;
                 self.paths[index].stats.qp = fresh;
-                let ours: Endpoint = engine.endpoint(fresh)?;
-                control.reconnect(index, &ours)
+                control.reconnect(index, &ours).map(|peer| (ours, peer))
             } else {
                 None
             };
             let qp = self.paths[index].stats.qp;
             let path = &mut self.paths[index];
-            let Some(peer) = peer else {
+            let Some((ours, peer)) = peer else {
                 // The port is down or the peer could not answer: later.
                 path.stats.failed_probes += u32::from(active);
                 path.backoff = (path.backoff * 2).min(self.config.probe_backoff_max);
@@ -249,10 +257,29 @@ impl<B: NicBuf> Transfer<B> {
             };
             let options = self.config.paths.connect_options(index);
             let plane = &mut self.planes[plane];
+            let trace = &mut self.trace;
             let probe = RemoteSlice::new(&plane.remote, 0, 0).and_then(|target| {
-                plane.engine.connect_with(qp, &peer, &options)?;
+                path.mtu = plane.engine.connect_qp(qp, &peer, &options)?;
+                path.generation += 1;
+                path.qpn = ours.qpn;
+                let kind = TraceKind::Connected {
+                    psn: ours.psn,
+                    peer_qpn: peer.qpn,
+                    peer_psn: peer.psn,
+                    mtu: path.mtu,
+                };
+                trace.record(index as u16, path.generation, path.qpn, kind);
                 let req = SendRequest::empty(SendOp::Write(target)).tag(probe_tag(index));
-                plane.engine.post_send(qp, req).map_err(|e| e.error)
+                plane.engine.post_send(qp, req).map_err(|e| e.error)?;
+                let psn = ours.psn;
+                path.next_psn = (psn + 1) & crate::endpoint::MAX_PSN;
+                trace.record(
+                    index as u16,
+                    path.generation,
+                    path.qpn,
+                    TraceKind::Probe { psn },
+                );
+                Ok(())
             });
             path.stats.state = PathState::Probing;
             path.silent = Duration::ZERO;

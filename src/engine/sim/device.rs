@@ -97,6 +97,8 @@ pub(crate) struct SimDevice {
     pub(crate) refuse_permille: u32,
     /// Fail a destroy with this probability in 1/1000.
     pub(crate) fail_destroy_permille: u32,
+    /// Refuse every state change (a reset that fails), doing nothing.
+    pub(crate) fail_state_changes: bool,
     /// Requests taken.
     pub(crate) posts: u64,
     /// Forges completions, replays flushes after a reset, fails destroys.
@@ -124,6 +126,7 @@ impl SimDevice {
             rng: Rng::new(seed),
             refuse_permille: 0,
             fail_destroy_permille: 0,
+            fail_state_changes: false,
             posts: 0,
             hostile: false,
             free_qp_nums: Vec::new(),

@@ -17,7 +17,7 @@
 #![allow(unsafe_code)]
 
 mod alloc_count;
-mod device;
+pub(crate) mod device;
 mod drain;
 mod forge;
 mod lane_ops;
@@ -26,15 +26,16 @@ mod lane_recv;
 mod lifecycle;
 #[cfg(test)]
 mod limits;
-mod model;
+pub(crate) mod model;
 mod plan;
 mod polling;
 mod prepared_ops;
 mod provider;
 #[cfg(test)]
 mod reset_flush;
-mod rng;
+pub(crate) mod rng;
 mod run;
+pub(crate) mod seam;
 mod stub;
 mod window;
 
