@@ -62,6 +62,8 @@ mod bound;
 mod chunks;
 mod config;
 mod device;
+#[cfg(test)]
+mod failures;
 mod path;
 mod readmit;
 #[cfg(test)]

@@ -12,6 +12,7 @@ use crate::sys::ibv_event_type as Event;
 use crate::time::Deadline;
 use crate::wr::{RemoteSlice, SendOp, SendRequest};
 
+use super::chunks::ChunkState;
 use super::config::{PeerControl, Plane};
 use super::device::PlaneDevice;
 use super::path::{FailCause, PathState};
@@ -161,7 +162,10 @@ where
     /// Resets every path marked failing: ERR flushes what it held (each
     /// chunk waits again, its buffer back in its slot), RESET and INIT make
     /// it inert (packets still arriving for it are dropped). It is then
-    /// down until its next probe replaces it.
+    /// down until its next probe replaces it. A queue pair that cannot be
+    /// reset is destroyed instead, which hands its requests back the same
+    /// way; one that cannot be destroyed either is leaked with them (see
+    /// `strand`).
     fn reset_failed(&mut self, now: Instant) -> Result<(), Error> {
         for index in 0..self.paths.len() {
             if !self.paths[index].failing {
@@ -181,6 +185,13 @@ where
             };
             // Other paths of this engine complete meanwhile: same rules.
             let reset = engine.reset_qp(qp, Deadline::after(RESET_SETTLE), |c| to.settle(c, plane));
+            // A queue pair that could not be reset may still hold requests:
+            // destroyed, it hands them back as flushed, and they wait again
+            // like any failed path's (the next probe makes a fresh one).
+            let kept = match reset {
+                Ok(()) => Ok(()),
+                Err(_) => engine.remove_qp_with(qp, |c| to.settle(c, plane)),
+            };
             let path = &mut self.paths[index];
             let (generation, qpn) = (path.generation, path.qpn);
             if let Some(cause) = path.stats.last_cause {
@@ -190,14 +201,13 @@ where
             let ok = reset.is_ok();
             self.trace
                 .record(index as u16, generation, qpn, TraceKind::Reset { ok });
-            if reset.is_err() {
-                // Its buffers stay with the queue pair; its chunks go out
-                // on other planes (their buffers here are gone).
-                for c in 0..self.chunks.len() {
-                    self.chunks.lost(c, index as u16);
-                }
+            if !ok {
                 path.next_probe = now + self.config.probe_backoff_max;
             }
+            if let Err(leaked) = kept {
+                self.strand(index as u16, leaked)?;
+            }
+            let path = &mut self.paths[index];
             if path.stats.state == PathState::Probing {
                 path.stats.failed_probes += 1;
             } else {
@@ -217,6 +227,30 @@ where
             path.next_probe = path.next_probe.max(now + path.backoff);
         }
         Ok(())
+    }
+
+    /// Path `path`'s queue pair was leaked (its reset and its destroy
+    /// failed) with the buffers of the chunks in flight on it: those
+    /// chunks wait again for a plane that still holds a buffer of them
+    /// (`post_one` passes over the others). A chunk no plane holds a
+    /// buffer of can never be sent: the transfer fails now, with the
+    /// destroy's error, rather than at its deadline.
+    fn strand(&mut self, path: u16, leaked: Error) -> Result<(), Error> {
+        let mut carried = true;
+        for c in 0..self.chunks.len() {
+            if self.chunks.state(c) == ChunkState::InFlight(path) {
+                self.chunks.lost(c, path);
+                carried &= self.planes.iter().any(|p| p.bufs[c].is_some());
+            }
+        }
+        if carried {
+            return Ok(());
+        }
+        Err(leaked.leaked(site!(
+            "Transfer::step",
+            "a path's queue pair could be neither reset nor destroyed, and was leaked with the only buffers of chunks in flight on it: they can never be sent",
+            "the errno is the destroy's; Transfer::paths shows the path (and why it failed)"
+        )))
     }
 
     /// Probes every down path whose time has come and whose port is

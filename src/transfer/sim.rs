@@ -156,3 +156,15 @@ pub(crate) fn device_qp(t: &Transfer<SimBuf, Sim>, index: usize) -> Option<usize
     let engine = &t.planes[usize::from(path.plane)].engine;
     seam::device_qp(engine, path.qp)
 }
+/// The device finishes, in order, every request it holds on every queue
+/// pair of every plane.
+pub(crate) fn complete_all(t: &mut Transfer<SimBuf, Sim>) {
+    for plane in &mut t.planes {
+        let dev = &mut plane.engine.prov.dev;
+        for q in 0..dev.qps.len() {
+            if !dev.qps[q].destroyed && !dev.qps[q].error {
+                dev.complete(q, false, usize::MAX);
+            }
+        }
+    }
+}

@@ -227,7 +227,8 @@ where
         };
         let plane = &mut self.planes[usize::from(path.stats.plane)];
         let Some(buf) = plane.bufs[c].take() else {
-            // Lost with a queue pair whose reset failed: other planes carry it.
+            // Leaked with a queue pair that could be neither reset nor
+            // destroyed (`strand`): another plane carries it.
             self.chunks.put_back(c);
             return false;
         };

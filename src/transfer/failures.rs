@@ -1,0 +1,97 @@
+//! The transfer's failure handling on the simulated device: what it does
+//! when a reset or a destroy fails, and whose completions it believes.
+
+use crate::engine::sim::device::SimBuf;
+use crate::error::{Error, ErrorKind};
+
+use super::sim::{bed, complete_all, Peer};
+
+/// Steps (the device finishing everything it holds before each) until
+/// every chunk is done or a step fails, at most `steps` times.
+fn run(
+    t: &mut super::Transfer<SimBuf, crate::engine::sim::device::Sim>,
+    peer: &mut Peer,
+    steps: usize,
+) -> Result<bool, Error> {
+    for _ in 0..steps {
+        complete_all(t);
+        if t.step(peer)?.done {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// One plane: what path 0 held has no other plane to go to. Its reset
+/// fails with four chunks in flight; the destroy that follows works.
+#[test]
+fn a_failed_reset_gives_the_chunks_back() {
+    let mut t = bed(1, 2, 16, 4);
+    let mut peer = Peer { reconnects: 0 };
+    t.step(&mut peer).unwrap();
+    assert_eq!(t.paths[0].stats.in_flight, 4);
+    t.planes[0].engine.prov.dev.fail_state_changes = true;
+    t.fail_path(0);
+    let failed = t.step(&mut peer);
+    t.planes[0].engine.prov.dev.fail_state_changes = false;
+    failed.unwrap();
+    let done = run(&mut t, &mut peer, 200).unwrap();
+    assert!(
+        done,
+        "not done after 200 steps, no error: {:?}",
+        t.progress()
+    );
+}
+
+/// The same, but the queue pair cannot be destroyed either: its buffers
+/// are leaked with it, and with no other plane those chunks can never be
+/// sent. The transfer must say so at once, not run to its deadline.
+#[test]
+fn a_failed_reset_and_destroy_fail_the_transfer_at_once_with_the_reason() {
+    let mut t = bed(1, 2, 16, 4);
+    let mut peer = Peer { reconnects: 0 };
+    t.step(&mut peer).unwrap();
+    let dev = &mut t.planes[0].engine.prov.dev;
+    dev.fail_state_changes = true;
+    dev.fail_destroy_permille = 1000;
+    t.fail_path(0);
+    // The step that finds the queue pair leaked fails; so would any later.
+    let outcome = t.step(&mut peer).map(|_| false);
+    let outcome = outcome.and_then(|_| run(&mut t, &mut peer, 50));
+    match outcome {
+        Err(e) => assert!(
+            e.kind() == ErrorKind::Leaked && e.to_string().contains("never be sent"),
+            "the error names the cause: {e}"
+        ),
+        Ok(done) => panic!(
+            "no error (done: {done}) though 4 chunks' only buffers were leaked: {:?}",
+            t.progress()
+        ),
+    }
+    assert_eq!(
+        t.progress().chunks_done,
+        0,
+        "failed in the step that leaked"
+    );
+}
+
+/// Two planes: the chunks whose plane-0 buffers were leaked go out on
+/// plane 1, and the transfer completes.
+#[test]
+fn chunks_leaked_on_one_plane_go_out_on_another() {
+    let mut t = bed(2, 1, 16, 4);
+    let mut peer = Peer { reconnects: 0 };
+    t.step(&mut peer).unwrap();
+    let dev = &mut t.planes[0].engine.prov.dev;
+    dev.fail_state_changes = true;
+    dev.fail_destroy_permille = 1000;
+    t.fail_path(0);
+    t.step(&mut peer).unwrap();
+    let dev = &mut t.planes[0].engine.prov.dev;
+    dev.fail_state_changes = false;
+    dev.fail_destroy_permille = 0;
+    assert!(run(&mut t, &mut peer, 200).unwrap(), "{:?}", t.progress());
+    for c in 0..4 {
+        assert_eq!(t.placement(c), Some(1), "chunk {c}");
+    }
+}
