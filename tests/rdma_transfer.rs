@@ -13,7 +13,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use verbs::transfer::{
-    PathOptions, PathState, PeerControl, Plane, Transfer, TransferConfig, TransferOp,
+    PathOptions, PathState, PeerControl, Plane, PlaneEngine, Transfer, TransferConfig, TransferOp,
 };
 use verbs::{
     Access, Arena, ArenaBuf, ArenaConfig, Deadline, Endpoint, Engine, EngineConfig, HostBuf,
@@ -132,7 +132,7 @@ fn bed(test: &str, op: TransferOp) -> Bed {
                 Some(buf)
             })
             .collect();
-        let mut engine = Engine::new(&pd, &EngineConfig::default()).unwrap();
+        let mut engine = PlaneEngine::new(&pd, &EngineConfig::default()).unwrap();
         let mut peer = Engine::new(&peer_pd, &EngineConfig::default()).unwrap();
         for _ in 0..QPS {
             let index = paths.len();

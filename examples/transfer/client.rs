@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use verbs::exchange;
 use verbs::transfer::{
-    PathOptions, PathState, Plane, RetryPolicy, Transfer, TransferConfig, TransferOp,
+    PathOptions, PathState, Plane, PlaneEngine, RetryPolicy, Transfer, TransferConfig, TransferOp,
 };
 use verbs::{
-    Arena, ArenaBuf, ArenaConfig, Context, Deadline, Engine, EngineConfig, HostBuf,
-    ProtectionDomain, QpConfig,
+    Arena, ArenaBuf, ArenaConfig, Context, Deadline, EngineConfig, HostBuf, ProtectionDomain,
+    QpConfig,
 };
 
 use crate::proto::{self, Checksum, Control};
@@ -97,7 +97,7 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
                 ..ArenaConfig::default()
             },
         )?;
-        let engine: Engine<ArenaBuf> = Engine::new(&pd, &EngineConfig::default())?;
+        let engine: PlaneEngine<ArenaBuf> = PlaneEngine::new(&pd, &EngineConfig::default())?;
         planes.push(engine);
         arenas.push(arena);
     }

@@ -7,9 +7,10 @@ use alloc::vec::Vec;
 use core::time::Duration;
 
 use crate::endpoint::{Endpoint, RemoteRegion};
-use crate::engine::{Engine, Provider, QpConfig, Verbs};
+use crate::engine::{Provider, QpConfig, Verbs};
 
 use super::bound::PathOptions;
+use super::device::PlaneEngine;
 
 /// The one-sided operation every chunk is.
 ///
@@ -110,8 +111,8 @@ impl TransferConfig {
 /// [`super::Transfer::placement`] says which plane's buffer holds a
 /// chunk's bytes (and for a Write, which plane's remote region).
 pub struct Plane<B, P: Provider = Verbs> {
-    /// The engine holding this plane's paths.
-    pub engine: Engine<B, P>,
+    /// The engine holding this plane's paths: the transfer's alone.
+    pub engine: PlaneEngine<B, P>,
     /// The port the paths use (read when deciding whether to probe).
     pub port: u8,
     /// Chunk `c`'s local buffer, at least `chunk_range(c).1` bytes.

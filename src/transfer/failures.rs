@@ -1,10 +1,12 @@
 //! The transfer's failure handling on the simulated device: what it does
 //! when a reset or a destroy fails, and whose completions it believes.
 
+use crate::endpoint::RemoteRegion;
 use crate::engine::sim::device::SimBuf;
 use crate::error::{Error, ErrorKind};
+use crate::wr::{RemoteSlice, SendOp, SendRequest};
 
-use super::sim::{bed, complete_all, Peer};
+use super::sim::{bed, bed_with, complete_all, Peer};
 
 /// Steps (the device finishing everything it holds before each) until
 /// every chunk is done or a step fails, at most `steps` times.
@@ -30,10 +32,10 @@ fn a_failed_reset_gives_the_chunks_back() {
     let mut peer = Peer { reconnects: 0 };
     t.step(&mut peer).unwrap();
     assert_eq!(t.paths[0].stats.in_flight, 4);
-    t.planes[0].engine.prov.dev.fail_state_changes = true;
+    t.planes[0].engine.0.prov.dev.fail_state_changes = true;
     t.fail_path(0);
     let failed = t.step(&mut peer);
-    t.planes[0].engine.prov.dev.fail_state_changes = false;
+    t.planes[0].engine.0.prov.dev.fail_state_changes = false;
     failed.unwrap();
     let done = run(&mut t, &mut peer, 200).unwrap();
     assert!(
@@ -51,7 +53,7 @@ fn a_failed_reset_and_destroy_fail_the_transfer_at_once_with_the_reason() {
     let mut t = bed(1, 2, 16, 4);
     let mut peer = Peer { reconnects: 0 };
     t.step(&mut peer).unwrap();
-    let dev = &mut t.planes[0].engine.prov.dev;
+    let dev = &mut t.planes[0].engine.0.prov.dev;
     dev.fail_state_changes = true;
     dev.fail_destroy_permille = 1000;
     t.fail_path(0);
@@ -82,16 +84,38 @@ fn chunks_leaked_on_one_plane_go_out_on_another() {
     let mut t = bed(2, 1, 16, 4);
     let mut peer = Peer { reconnects: 0 };
     t.step(&mut peer).unwrap();
-    let dev = &mut t.planes[0].engine.prov.dev;
+    let dev = &mut t.planes[0].engine.0.prov.dev;
     dev.fail_state_changes = true;
     dev.fail_destroy_permille = 1000;
     t.fail_path(0);
     t.step(&mut peer).unwrap();
-    let dev = &mut t.planes[0].engine.prov.dev;
+    let dev = &mut t.planes[0].engine.0.prov.dev;
     dev.fail_state_changes = false;
     dev.fail_destroy_permille = 0;
     assert!(run(&mut t, &mut peer, 200).unwrap(), "{:?}", t.progress());
     for c in 0..4 {
         assert_eq!(t.placement(c), Some(1), "chunk {c}");
     }
+}
+
+/// A request the transfer did not post, on a path's queue pair, tagged
+/// like the transfer's post of chunk 0 on path 0, would settle chunk 0
+/// when it completed (for a Read, handing back a chunk whose bytes have
+/// not landed). A caller cannot make one: a plane's engine is made empty
+/// and cannot be posted on (`PlaneEngine`'s compile_fail example). An
+/// engine holding one anyway is refused.
+#[test]
+fn an_engine_holding_a_request_the_transfer_did_not_post_is_refused() {
+    let remote = RemoteRegion {
+        addr: 1 << 40,
+        len: 1 << 20,
+        rkey: 1,
+    };
+    let refused = bed_with(1, 1, 4, 4, |_, engine, qp| {
+        let empty = RemoteSlice::new(&remote, 0, 0).unwrap();
+        let req = SendRequest::<SimBuf>::empty(SendOp::Write(empty)).tag(0);
+        engine.post_send(qp, req).map_err(|e| e.error).unwrap();
+    });
+    let e = refused.err().expect("refused");
+    assert_eq!(e.kind(), ErrorKind::BadState, "{e}");
 }

@@ -141,7 +141,7 @@ where
     /// `PORT_ACTIVE` makes its failed paths due for a probe.
     fn read_port_events(&mut self, now: Instant) -> Result<(), Error> {
         for p in 0..self.planes.len() {
-            while let Some(event) = self.planes[p].engine.next_port_event()? {
+            while let Some(event) = self.planes[p].engine.0.next_port_event()? {
                 let plane = p as u16;
                 if event == Event::PORT_ERR {
                     self.port_err_at[p] = Some(now);
@@ -184,13 +184,15 @@ where
                 trace: &mut self.trace,
             };
             // Other paths of this engine complete meanwhile: same rules.
-            let reset = engine.reset_qp(qp, Deadline::after(RESET_SETTLE), |c| to.settle(c, plane));
+            let reset = engine
+                .0
+                .reset_qp(qp, Deadline::after(RESET_SETTLE), |c| to.settle(c, plane));
             // A queue pair that could not be reset may still hold requests:
             // destroyed, it hands them back as flushed, and they wait again
             // like any failed path's (the next probe makes a fresh one).
             let kept = match reset {
                 Ok(()) => Ok(()),
-                Err(_) => engine.remove_qp_with(qp, |c| to.settle(c, plane)),
+                Err(_) => engine.0.remove_qp_with(qp, |c| to.settle(c, plane)),
             };
             let path = &mut self.paths[index];
             let (generation, qpn) = (path.generation, path.qpn);
@@ -266,10 +268,10 @@ where
             }
             let (plane, qp) = (usize::from(path.stats.plane), path.stats.qp);
             let port = self.planes[plane].port;
-            let active = self.planes[plane].engine.port_active(port);
+            let active = self.planes[plane].engine.0.port_active(port);
             let peer = if active {
                 // A fresh queue pair: see `PeerControl` for why not the old one.
-                let engine = &mut self.planes[plane].engine;
+                let engine = &mut self.planes[plane].engine.0;
                 // The old one holds nothing (reset; or removed by an earlier
                 // try); a failed destroy leaks it. Removed first, so its
                 // completion queue room goes to the new one.
@@ -293,7 +295,7 @@ where
             let plane = &mut self.planes[plane];
             let trace = &mut self.trace;
             let probe = RemoteSlice::new(&plane.remote, 0, 0).and_then(|target| {
-                path.mtu = plane.engine.connect_qp(qp, &peer, &options)?;
+                path.mtu = plane.engine.0.connect_qp(qp, &peer, &options)?;
                 path.generation += 1;
                 path.qpn = ours.qpn;
                 let kind = TraceKind::Connected {
@@ -304,7 +306,7 @@ where
                 };
                 trace.record(index as u16, path.generation, path.qpn, kind);
                 let req = SendRequest::empty(SendOp::Write(target)).tag(probe_tag(index));
-                plane.engine.post_send(qp, req).map_err(|e| e.error)?;
+                plane.engine.0.post_send(qp, req).map_err(|e| e.error)?;
                 let psn = ours.psn;
                 path.next_psn = (psn + 1) & crate::endpoint::MAX_PSN;
                 trace.record(

@@ -17,7 +17,7 @@ use super::Transfer;
 
 /// The device's queue pairs on plane `p` that may still complete.
 fn live(t: &Transfer<SimBuf, Sim>, p: usize) -> Vec<usize> {
-    let dev = &t.planes[p].engine.prov.dev;
+    let dev = &t.planes[p].engine.0.prov.dev;
     (0..dev.qps.len())
         .filter(|&q| !dev.qps[q].destroyed && !dev.qps[q].error)
         .collect()
@@ -52,7 +52,7 @@ fn replay(seed: u64) -> (u64, u32, usize) {
             // The device finishes some of what it holds, oldest first.
             0..=59 => {
                 let n = 1 + rng.below(4) as usize;
-                let dev = &mut t.planes[p].engine.prov.dev;
+                let dev = &mut t.planes[p].engine.0.prov.dev;
                 for held in dev.qps[q].queues[0].iter().take(n) {
                     for b in &held.bufs {
                         let c = ids[p].iter().position(|id| id == b).unwrap();
@@ -62,7 +62,7 @@ fn replay(seed: u64) -> (u64, u32, usize) {
                 dev.complete(q, false, n);
             }
             // A request fails (retries exceeded, say); the rest flush.
-            60..=63 => t.planes[p].engine.prov.dev.fail(q),
+            60..=63 => t.planes[p].engine.0.prov.dev.fail(q),
             // The watchdog fails a live path, requests in flight.
             64..=69 => {
                 let path = rng.below(t.paths.len() as u64) as usize;

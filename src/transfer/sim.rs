@@ -15,7 +15,7 @@ use crate::sys::ibv_event_type as Event;
 use crate::time::Deadline;
 
 use super::config::{PeerControl, Plane, TransferConfig, TransferOp};
-use super::device::PlaneDevice;
+use super::device::{PlaneDevice, PlaneEngine};
 use super::spray::Transfer;
 
 /// Bytes per chunk: one simulated buffer.
@@ -91,18 +91,18 @@ impl PeerControl for Peer {
 /// paths each, `depth` in flight per path; failed paths are probed at
 /// the next step.
 pub(crate) fn bed(planes: usize, qps: usize, chunks: usize, depth: u32) -> Transfer<SimBuf, Sim> {
-    bed_with(planes, qps, chunks, depth, |_, _, _| {})
+    bed_with(planes, qps, chunks, depth, |_, _, _| {}).unwrap()
 }
 
 /// [`bed`], with `prepare` called on every path's engine and queue pair,
-/// connected, before the transfer is made.
+/// connected, before the transfer is made (which may refuse them).
 pub(crate) fn bed_with(
     planes: usize,
     qps: usize,
     chunks: usize,
     depth: u32,
     mut prepare: impl FnMut(usize, &mut Engine<SimBuf, Sim>, QpId),
-) -> Transfer<SimBuf, Sim> {
+) -> Result<Transfer<SimBuf, Sim>, Error> {
     model::reset();
     let config = TransferConfig {
         op: TransferOp::Write,
@@ -137,7 +137,7 @@ pub(crate) fn bed_with(
             })
             .collect();
         built.push(Plane {
-            engine,
+            engine: PlaneEngine(engine),
             port: 1,
             bufs,
             remote: RemoteRegion {
@@ -147,20 +147,20 @@ pub(crate) fn bed_with(
             },
         });
     }
-    Transfer::new(built, &paths, config).unwrap()
+    Transfer::new(built, &paths, config)
 }
 
 /// The simulated device's queue pair behind path `index`, while live.
 pub(crate) fn device_qp(t: &Transfer<SimBuf, Sim>, index: usize) -> Option<usize> {
     let path = &t.paths[index].stats;
-    let engine = &t.planes[usize::from(path.plane)].engine;
+    let engine = &t.planes[usize::from(path.plane)].engine.0;
     seam::device_qp(engine, path.qp)
 }
 /// The device finishes, in order, every request it holds on every queue
 /// pair of every plane.
 pub(crate) fn complete_all(t: &mut Transfer<SimBuf, Sim>) {
     for plane in &mut t.planes {
-        let dev = &mut plane.engine.prov.dev;
+        let dev = &mut plane.engine.0.prov.dev;
         for q in 0..dev.qps.len() {
             if !dev.qps[q].destroyed && !dev.qps[q].error {
                 dev.complete(q, false, usize::MAX);

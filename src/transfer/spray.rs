@@ -133,6 +133,24 @@ where
                 }
             }
         }
+        // A plane's engine is made empty (`PlaneEngine::new`) and only
+        // the transfer posts on it: nothing may be in flight yet.
+        for plane in &planes {
+            let engine = &plane.engine.0;
+            if engine.srq_posted() != 0
+                || engine
+                    .qps()
+                    .any(|q| engine.in_flight(q).ok() != Some((0, 0)))
+            {
+                return Err(Error::new(
+                    site!(
+                        "Transfer::new",
+                        "a plane's engine holds requests the transfer did not post"
+                    ),
+                    ErrorKind::BadState,
+                ));
+            }
+        }
         if config.qp.max_send_wr <= config.depth {
             return Err(Error::invalid(site!(
                 "Transfer::new",
@@ -148,7 +166,8 @@ where
                     "Transfer::new",
                     "a path names no plane"
                 )))?
-                .engine;
+                .engine
+                .0;
             // The chunks in flight and the probe must fit the send queue.
             if engine.caps(qp)?.max_send_wr <= config.depth {
                 return Err(Error::new(
@@ -250,7 +269,7 @@ where
             TransferOp::Read => SendOp::Read(remote),
         };
         let req = SendRequest::new(op, local).tag(chunk_tag(index, c));
-        match plane.engine.post_send(path.stats.qp, req) {
+        match plane.engine.0.post_send(path.stats.qp, req) {
             Ok(()) => {
                 if path.stats.in_flight == 0 {
                     // The watchdog counts from the first post into an idle path.
@@ -294,7 +313,7 @@ where
                 paths: &mut self.paths,
                 trace: &mut self.trace,
             };
-            settled += engine.poll(|c| to.settle(c, p as u16))?;
+            settled += engine.0.poll(|c| to.settle(c, p as u16))?;
         }
         Ok(settled)
     }
@@ -424,6 +443,12 @@ impl<B: NicBuf> Settle<'_, B> {
             return;
         };
         if path.stats.plane != plane {
+            return;
+        }
+        // Every request on a plane's engine is the transfer's own
+        // (`PlaneEngine`), but only one of the path's queue pair now
+        // settles anything for it.
+        if c.qp() != Some(path.stats.qp) {
             return;
         }
         let (generation, qpn) = (path.generation, path.qpn);
