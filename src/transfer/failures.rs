@@ -3,10 +3,13 @@
 
 use crate::endpoint::RemoteRegion;
 use crate::engine::sim::device::SimBuf;
+use alloc::vec::Vec;
+
 use crate::error::{Error, ErrorKind};
+use crate::sys::ibv_wc_status as WcStatus;
 use crate::wr::{RemoteSlice, SendOp, SendRequest};
 
-use super::sim::{bed, bed_with, complete_all, Peer};
+use super::sim::{bed, bed_with, complete_all, device_qp, Peer};
 
 /// Steps (the device finishing everything it holds before each) until
 /// every chunk is done or a step fails, at most `steps` times.
@@ -118,4 +121,47 @@ fn an_engine_holding_a_request_the_transfer_did_not_post_is_refused() {
     });
     let e = refused.err().expect("refused");
     assert_eq!(e.kind(), ErrorKind::BadState, "{e}");
+}
+
+/// The drill's loss case on a starved host: a path's oldest Write fails
+/// (retries exceeded) and the device has not flushed the three behind it
+/// when the transfer resets the queue pair, so the engine takes them back
+/// itself at RESET. They never ran: not one may count as done. (Before
+/// the engine handed such requests back as flushed, it handed back all
+/// but the newest as successful, and the drill's server found two
+/// acknowledged chunks of zeros: FAULTS.md, "Integrity".)
+#[test]
+fn requests_taken_back_before_the_device_flushed_them_are_not_done() {
+    let mut t = bed(2, 2, 32, 4);
+    let mut peer = Peer { reconnects: 0 };
+    let chunk_of: Vec<Vec<u64>> = t
+        .planes
+        .iter()
+        .map(|p| p.bufs.iter().map(|b| b.as_ref().unwrap().id).collect())
+        .collect();
+    t.step(&mut peer).unwrap();
+    assert_eq!(t.paths[2].stats.in_flight, 4);
+    let q = device_qp(&t, 2).unwrap();
+    let dev = &mut t.planes[1].engine.0.prov.dev;
+    dev.lazy_flush = true;
+    dev.fail_head(q, WcStatus::RETRY_EXC_ERR);
+    let mut landed = Vec::new();
+    for _ in 0..200 {
+        if t.step(&mut peer).unwrap().done {
+            break;
+        }
+        landed.extend(complete_all(&mut t));
+    }
+    assert!(t.chunks.all_done(), "{:?}", t.progress());
+    let wrong: Vec<usize> = (0..32)
+        .filter(|&c| {
+            let p = usize::from(t.placement(c).unwrap());
+            !landed.contains(&chunk_of[p][c])
+        })
+        .collect();
+    assert!(
+        wrong.is_empty(),
+        "chunks done on a plane where no post of them ran: {wrong:?}"
+    );
+    assert_eq!(t.paths[2].stats.failures, 1);
 }

@@ -171,9 +171,15 @@ where
             if !self.paths[index].failing {
                 continue;
             }
-            let (plane, qp) = {
-                let s = &self.paths[index].stats;
-                (s.plane, s.qp)
+            let (plane, qp, held) = {
+                let path = &self.paths[index];
+                let s = &path.stats;
+                if let Some(cause) = s.last_cause {
+                    let kind = TraceKind::Failed { cause };
+                    self.trace
+                        .record(index as u16, path.generation, path.qpn, kind);
+                }
+                (s.plane, s.qp, s.in_flight)
             };
             let Plane { engine, bufs, .. } = &mut self.planes[usize::from(plane)];
             let mut to = Settle {
@@ -195,14 +201,10 @@ where
                 Err(_) => engine.0.remove_qp_with(qp, |c| to.settle(c, plane)),
             };
             let path = &mut self.paths[index];
-            let (generation, qpn) = (path.generation, path.qpn);
-            if let Some(cause) = path.stats.last_cause {
-                self.trace
-                    .record(index as u16, generation, qpn, TraceKind::Failed { cause });
-            }
             let ok = reset.is_ok();
+            let kind = TraceKind::Reset { ok, held };
             self.trace
-                .record(index as u16, generation, qpn, TraceKind::Reset { ok });
+                .record(index as u16, path.generation, path.qpn, kind);
             if !ok {
                 path.next_probe = now + self.config.probe_backoff_max;
             }

@@ -1,7 +1,9 @@
 //! The drill's churn and loss, replayed on the simulated device: paths
 //! failed by the watchdog while their requests are in flight, requests
 //! failing with an error (and the rest flushed), the device finishing
-//! requests late and in any amount, over many seeds. Whatever happens, a
+//! requests late and in any amount, flushing at once or (as rxe on a
+//! starved guest) only after the transfer's reset took back what the
+//! queue pair held, over many seeds. Whatever happens, a
 //! chunk the transfer calls done must have had a post of it completed
 //! with success on the plane its placement names: the device's own record
 //! of which buffers it finished, kept here, is the ground truth.
@@ -11,6 +13,7 @@ use alloc::vec::Vec;
 
 use crate::engine::sim::device::{Sim, SimBuf};
 use crate::engine::sim::rng::Rng;
+use crate::sys::ibv_wc_status as WcStatus;
 
 use super::sim::{bed, device_qp, Peer};
 use super::Transfer;
@@ -36,6 +39,12 @@ fn replay(seed: u64) -> (u64, u32, usize) {
         .collect();
     let mut landed: BTreeSet<(usize, usize)> = BTreeSet::new();
     let mut twice = 0;
+    // Half the runs flush late, as rxe on a starved guest: a reset then
+    // finds what the queue pair held unreported and takes it back itself.
+    let lazy = seed % 2 == 1;
+    for plane in &mut t.planes {
+        plane.engine.0.prov.dev.lazy_flush = lazy;
+    }
     let mut rng = Rng::new(seed);
     let mut peer = Peer { reconnects: 0 };
     let mut steps = 0;
@@ -61,7 +70,14 @@ fn replay(seed: u64) -> (u64, u32, usize) {
                 }
                 dev.complete(q, false, n);
             }
-            // A request fails (retries exceeded, say); the rest flush.
+            // A request fails (retries exceeded, say); the rest flush, now
+            // or (lazily) not before the reset.
+            60..=63 if lazy => t.planes[p]
+                .engine
+                .0
+                .prov
+                .dev
+                .fail_head(q, WcStatus::RETRY_EXC_ERR),
             60..=63 => t.planes[p].engine.0.prov.dev.fail(q),
             // The watchdog fails a live path, requests in flight.
             64..=69 => {

@@ -157,14 +157,18 @@ pub(crate) fn device_qp(t: &Transfer<SimBuf, Sim>, index: usize) -> Option<usize
     seam::device_qp(engine, path.qp)
 }
 /// The device finishes, in order, every request it holds on every queue
-/// pair of every plane.
-pub(crate) fn complete_all(t: &mut Transfer<SimBuf, Sim>) {
+/// pair of every plane; returns the buffers it finished with success.
+pub(crate) fn complete_all(t: &mut Transfer<SimBuf, Sim>) -> Vec<u64> {
+    let mut landed = Vec::new();
     for plane in &mut t.planes {
         let dev = &mut plane.engine.0.prov.dev;
         for q in 0..dev.qps.len() {
             if !dev.qps[q].destroyed && !dev.qps[q].error {
+                let held = dev.qps[q].queues[0].iter();
+                landed.extend(held.flat_map(|h| h.bufs.iter().copied()));
                 dev.complete(q, false, usize::MAX);
             }
         }
     }
+    landed
 }

@@ -492,6 +492,7 @@ impl<B: NicBuf> Settle<'_, B> {
         let kind = TraceKind::Completed {
             chunk: chunk as u32,
             status,
+            bytes: c.byte_len(),
             counted,
         };
         self.trace.record(index, generation, qpn, kind);

@@ -52,6 +52,10 @@ pub enum TraceKind {
         chunk: u32,
         /// The completion's status.
         status: WcStatus,
+        /// Its byte count: rxe reports the request's length on every send
+        /// completion, flushes too; a request the engine took back itself
+        /// at RESET, never reported by the device, says 0.
+        bytes: u32,
         /// Whether it changed the chunk's state.
         counted: bool,
     },
@@ -65,10 +69,15 @@ pub enum TraceKind {
         /// Why.
         cause: FailCause,
     },
-    /// The path's queue pair was reset (`ok`) or the reset failed.
+    /// The path's queue pair was reset (`ok`) or the reset failed; it
+    /// held `held` requests when the reset began (the time since the
+    /// `Failed` before it is how long the device took to flush them: the
+    /// engine waits at most 100 ms, then takes back the rest itself).
     Reset {
         /// Whether the reset succeeded.
         ok: bool,
+        /// Requests in flight on it when the reset began.
+        held: u32,
     },
 }
 
@@ -117,16 +126,18 @@ impl fmt::Display for TraceEvent {
             TraceKind::Completed {
                 chunk,
                 status,
+                bytes,
                 counted,
             } => write!(
                 f,
-                "completed chunk {chunk} {status}{}",
+                "completed chunk {chunk} {status} {bytes} bytes{}",
                 if counted { "" } else { " (ignored)" }
             ),
             TraceKind::ProbeDone { status } => write!(f, "probe done {status}"),
             TraceKind::Failed { cause } => write!(f, "failed {cause:?}"),
-            TraceKind::Reset { ok } => {
-                write!(f, "reset {}", if ok { "ok" } else { "FAILED" })
+            TraceKind::Reset { ok, held } => {
+                let ok = if ok { "ok" } else { "FAILED" };
+                write!(f, "reset {ok}, {held} held")
             }
         }
     }
@@ -204,7 +215,7 @@ mod tests {
         let (kept, dropped) = t.events();
         assert_eq!((kept.len(), dropped), (2, 3));
         let mut off = Trace::new(0, Instant::now());
-        off.record(0, 0, 0, TraceKind::Reset { ok: true });
+        off.record(0, 0, 0, TraceKind::Reset { ok: true, held: 0 });
         assert_eq!(off.events(), (&[][..], 0));
     }
 
