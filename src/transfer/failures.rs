@@ -2,7 +2,7 @@
 //! when a reset or a destroy fails, and whose completions it believes.
 
 use crate::endpoint::RemoteRegion;
-use crate::engine::sim::device::SimBuf;
+use crate::engine::sim::device::{Sim, SimBuf};
 use alloc::vec::Vec;
 
 use crate::error::{Error, ErrorKind};
@@ -10,14 +10,11 @@ use crate::sys::ibv_wc_status as WcStatus;
 use crate::wr::{RemoteSlice, SendOp, SendRequest};
 
 use super::sim::{bed, bed_with, complete_all, device_qp, Peer};
+use super::Transfer;
 
 /// Steps (the device finishing everything it holds before each) until
 /// every chunk is done or a step fails, at most `steps` times.
-fn run(
-    t: &mut super::Transfer<SimBuf, crate::engine::sim::device::Sim>,
-    peer: &mut Peer,
-    steps: usize,
-) -> Result<bool, Error> {
+fn run(t: &mut Transfer<SimBuf, Sim>, peer: &mut Peer, steps: usize) -> Result<bool, Error> {
     for _ in 0..steps {
         complete_all(t);
         if t.step(peer)?.done {
@@ -27,16 +24,25 @@ fn run(
     Ok(false)
 }
 
+/// After a first step (every path full), the device of plane 0 refuses
+/// state changes, and destroys too when `leak`, and path 0 is failed:
+/// the next step's reset of it fails.
+fn refuse_reset_of_path_0(t: &mut Transfer<SimBuf, Sim>, peer: &mut Peer, leak: bool) {
+    t.step(peer).unwrap();
+    assert_eq!(t.paths[0].stats.in_flight, 4);
+    let dev = &mut t.planes[0].engine.0.prov.dev;
+    dev.fail_state_changes = true;
+    dev.fail_destroy_permille = if leak { 1000 } else { 0 };
+    t.fail_path(0);
+}
+
 /// One plane: what path 0 held has no other plane to go to. Its reset
 /// fails with four chunks in flight; the destroy that follows works.
 #[test]
 fn a_failed_reset_gives_the_chunks_back() {
     let mut t = bed(1, 2, 16, 4);
     let mut peer = Peer { reconnects: 0 };
-    t.step(&mut peer).unwrap();
-    assert_eq!(t.paths[0].stats.in_flight, 4);
-    t.planes[0].engine.0.prov.dev.fail_state_changes = true;
-    t.fail_path(0);
+    refuse_reset_of_path_0(&mut t, &mut peer, false);
     let failed = t.step(&mut peer);
     t.planes[0].engine.0.prov.dev.fail_state_changes = false;
     failed.unwrap();
@@ -55,11 +61,7 @@ fn a_failed_reset_gives_the_chunks_back() {
 fn a_failed_reset_and_destroy_fail_the_transfer_at_once_with_the_reason() {
     let mut t = bed(1, 2, 16, 4);
     let mut peer = Peer { reconnects: 0 };
-    t.step(&mut peer).unwrap();
-    let dev = &mut t.planes[0].engine.0.prov.dev;
-    dev.fail_state_changes = true;
-    dev.fail_destroy_permille = 1000;
-    t.fail_path(0);
+    refuse_reset_of_path_0(&mut t, &mut peer, true);
     // The step that finds the queue pair leaked fails; so would any later.
     let outcome = t.step(&mut peer).map(|_| false);
     let outcome = outcome.and_then(|_| run(&mut t, &mut peer, 50));
@@ -86,11 +88,7 @@ fn a_failed_reset_and_destroy_fail_the_transfer_at_once_with_the_reason() {
 fn chunks_leaked_on_one_plane_go_out_on_another() {
     let mut t = bed(2, 1, 16, 4);
     let mut peer = Peer { reconnects: 0 };
-    t.step(&mut peer).unwrap();
-    let dev = &mut t.planes[0].engine.0.prov.dev;
-    dev.fail_state_changes = true;
-    dev.fail_destroy_permille = 1000;
-    t.fail_path(0);
+    refuse_reset_of_path_0(&mut t, &mut peer, true);
     t.step(&mut peer).unwrap();
     let dev = &mut t.planes[0].engine.0.prov.dev;
     dev.fail_state_changes = false;

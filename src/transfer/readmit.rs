@@ -13,10 +13,10 @@ use crate::time::Deadline;
 use crate::wr::{RemoteSlice, SendOp, SendRequest};
 
 use super::chunks::ChunkState;
-use super::config::{PeerControl, Plane};
+use super::config::PeerControl;
 use super::device::PlaneDevice;
 use super::path::{FailCause, PathState};
-use super::spray::{probe_tag, Settle, Step, Transfer};
+use super::spray::{probe_tag, Step, Transfer};
 use super::trace::TraceKind;
 
 /// How often the planes' asynchronous events are read (a system call each).
@@ -181,24 +181,15 @@ where
                 }
                 (s.plane, s.qp, s.in_flight)
             };
-            let Plane { engine, bufs, .. } = &mut self.planes[usize::from(plane)];
-            let mut to = Settle {
-                config: &self.config,
-                bufs,
-                chunks: &mut self.chunks,
-                paths: &mut self.paths,
-                trace: &mut self.trace,
-            };
+            let (engine, mut to) = self.settle_on(usize::from(plane));
             // Other paths of this engine complete meanwhile: same rules.
-            let reset = engine
-                .0
-                .reset_qp(qp, Deadline::after(RESET_SETTLE), |c| to.settle(c, plane));
+            let reset = engine.reset_qp(qp, Deadline::after(RESET_SETTLE), |c| to.settle(c, plane));
             // A queue pair that could not be reset may still hold requests:
             // destroyed, it hands them back as flushed, and they wait again
             // like any failed path's (the next probe makes a fresh one).
             let kept = match reset {
                 Ok(()) => Ok(()),
-                Err(_) => engine.0.remove_qp_with(qp, |c| to.settle(c, plane)),
+                Err(_) => engine.remove_qp_with(qp, |c| to.settle(c, plane)),
             };
             let path = &mut self.paths[index];
             let ok = reset.is_ok();

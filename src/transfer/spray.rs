@@ -304,18 +304,24 @@ where
     /// Polls every plane's engine once; returns the completions settled.
     pub(crate) fn poll(&mut self) -> Result<usize, Error> {
         let mut settled = 0;
-        for (p, plane) in self.planes.iter_mut().enumerate() {
-            let Plane { engine, bufs, .. } = plane;
-            let mut to = Settle {
-                config: &self.config,
-                bufs,
-                chunks: &mut self.chunks,
-                paths: &mut self.paths,
-                trace: &mut self.trace,
-            };
-            settled += engine.0.poll(|c| to.settle(c, p as u16))?;
+        for p in 0..self.planes.len() {
+            let (engine, mut to) = self.settle_on(p);
+            settled += engine.poll(|c| to.settle(c, p as u16))?;
         }
         Ok(settled)
+    }
+
+    /// Plane `p`'s engine, and where its completions settle.
+    pub(crate) fn settle_on(&mut self, p: usize) -> (&mut Engine<B, P>, Settle<'_, B>) {
+        let Plane { engine, bufs, .. } = &mut self.planes[p];
+        let to = Settle {
+            config: &self.config,
+            bufs,
+            chunks: &mut self.chunks,
+            paths: &mut self.paths,
+            trace: &mut self.trace,
+        };
+        (&mut engine.0, to)
     }
 
     /// What the transfer traced (see [`TransferConfig::trace`]), and how

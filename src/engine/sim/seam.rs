@@ -3,6 +3,7 @@
 //! the device's queue pairs a handle names.
 
 use crate::engine::core::Engine;
+use crate::engine::doorbell::Provider;
 use crate::engine::qp_slot::{QpId, QpInfo, QpState};
 use crate::error::Error;
 use crate::memory::NicBuf;
@@ -28,6 +29,19 @@ pub(crate) fn engine<B: NicBuf>(seed: u64, cqe: u32) -> Engine<B, Sim> {
 /// placed in `engine` and in INIT.
 pub(crate) fn add_qp<B: NicBuf>(engine: &mut Engine<B, Sim>, depth: u32) -> Result<QpId, Error> {
     let (handle, qp_num) = engine.prov.dev.add_qp([depth as usize; 2], 1);
+    place(engine, handle, qp_num, depth, QpState::INIT)
+}
+
+/// Places the provider's queue pair `handle`, numbered `qp_num`, in
+/// `engine`: `depth` requests deep both ways, one entry per request, in
+/// `state`.
+pub(crate) fn place<B: NicBuf, P: Provider>(
+    engine: &mut Engine<B, P>,
+    handle: P::Qp,
+    qp_num: u32,
+    depth: u32,
+    state: QpState,
+) -> Result<QpId, Error> {
     let caps = sys::ibv_qp_cap {
         max_send_wr: depth,
         max_recv_wr: depth,
@@ -38,7 +52,7 @@ pub(crate) fn add_qp<B: NicBuf>(engine: &mut Engine<B, Sim>, depth: u32) -> Resu
     let qp = engine
         .place(handle, qp_num, depth, depth, caps, QpInfo::default())
         .map_err(|(e, _)| e)?;
-    engine.mark_state(qp, QpState::INIT)?;
+    engine.mark_state(qp, state)?;
     Ok(qp)
 }
 
