@@ -12,7 +12,7 @@
 //!   [`PeerControl`]) and why only Writes and Reads ([`TransferOp`]).
 //! - `chunks`: where every chunk is; `path`: what a path may do and did.
 //! - `device`: a plane's engine ([`PlaneEngine`]) and its control path.
-//! - `spray`: posting and settling completions; `trace`: what it did,
+//! - `spray`: posting and polling; `settle`: what a completion settles; `trace`: what it did,
 //!   when asked; `readmit`: the watchdog,
 //!   port events, reset, probe and re-admission, and the step loop.
 //!
@@ -72,6 +72,7 @@ mod path;
 mod readmit;
 #[cfg(test)]
 mod replay;
+mod settle;
 #[cfg(test)]
 mod sim;
 mod spray;

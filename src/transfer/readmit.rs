@@ -16,7 +16,8 @@ use super::chunks::ChunkState;
 use super::config::PeerControl;
 use super::device::PlaneDevice;
 use super::path::{FailCause, PathState};
-use super::spray::{probe_tag, Step, Transfer};
+use super::settle::probe_tag;
+use super::spray::{Step, Transfer};
 use super::trace::TraceKind;
 
 /// How often the planes' asynchronous events are read (a system call each).
