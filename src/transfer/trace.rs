@@ -52,9 +52,7 @@ pub enum TraceKind {
         chunk: u32,
         /// The completion's status.
         status: WcStatus,
-        /// Its byte count: rxe reports the request's length on every send
-        /// completion, flushes too; a request the engine took back itself
-        /// at RESET, never reported by the device, says 0.
+        /// Its byte count (0 for a flush).
         bytes: u32,
         /// Whether it changed the chunk's state.
         counted: bool,
@@ -70,9 +68,10 @@ pub enum TraceKind {
         cause: FailCause,
     },
     /// The path's queue pair was reset (`ok`) or the reset failed; it
-    /// held `held` requests when the reset began (the time since the
-    /// `Failed` before it is how long the device took to flush them: the
-    /// engine waits at most 100 ms, then takes back the rest itself).
+    /// held `held` requests when the reset began, at the `Failed` just
+    /// before. The engine waits at most 100 ms for the device's flushes,
+    /// then takes back the rest itself at RESET: completions of the path
+    /// recorded 100 ms or more after its `Failed` are those.
     Reset {
         /// Whether the reset succeeded.
         ok: bool,
