@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use verbs::exchange;
 use verbs::transfer::{
-    PathOptions, PathState, Plane, RetryPolicy, Transfer, TransferConfig, TransferOp,
+    PathOptions, PathState, Plane, PlaneEngine, RetryPolicy, Transfer, TransferConfig, TransferOp,
 };
 use verbs::{
-    Arena, ArenaBuf, ArenaConfig, Context, Deadline, Engine, EngineConfig, HostBuf,
-    ProtectionDomain, QpConfig,
+    Arena, ArenaBuf, ArenaConfig, Context, Deadline, EngineConfig, HostBuf, ProtectionDomain,
+    QpConfig,
 };
 
 use crate::proto::{self, Checksum, Control};
@@ -58,6 +58,7 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
             ..PathOptions::default()
         },
         readmit: opts.readmit,
+        trace: if opts.trace { 1 << 16 } else { 0 },
         qp: QpConfig {
             max_send_wr: (opts.depth * 2 + 4).max(16),
             ..QpConfig::default()
@@ -84,7 +85,7 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
                 ..ArenaConfig::default()
             },
         )?;
-        let engine: Engine<ArenaBuf> = Engine::new(&pd, &EngineConfig::default())?;
+        let engine: PlaneEngine<ArenaBuf> = PlaneEngine::new(&pd, &EngineConfig::default())?;
         planes.push(engine);
         arenas.push(arena);
     }
@@ -146,9 +147,10 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
             remote = remote.or(peer.regions.first().copied());
             engine.connect_with(qp, &peer, &config.paths.connect_options(index))?;
             let a = engine.query(qp)?;
+            let psn = engine.endpoint(qp)?.psn;
             println!(
-                "client: path {index} {}/{} qpn {} -> {}: flow_label {:#x} traffic_class {} hop_limit {} timeout {} retry_cnt {} ({} read back)",
-                devs[p], index % opts.qps, engine.qp_num(qp)?, peer.qpn, a.flow_label, a.traffic_class,
+                "client: path {index} {}/{} qpn {} psn {psn:#x} -> qpn {} psn {:#x}: flow_label {:#x} traffic_class {} hop_limit {} timeout {} retry_cnt {} ({} read back)",
+                devs[p], index % opts.qps, engine.qp_num(qp)?, peer.qpn, peer.psn, a.flow_label, a.traffic_class,
                 a.hop_limit, a.timeout, a.retry_cnt,
                 if a.flow_label == config.paths.flow_label(index) { "as set," } else { "DIFFERENT," },
             );
@@ -383,6 +385,13 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
             s.readmissions,
             s.failed_probes
         );
+    }
+    if opts.trace {
+        let (events, dropped) = transfer.trace();
+        for e in events {
+            println!("trace {e}");
+        }
+        println!("trace: {} events, {dropped} dropped", events.len());
     }
     println!(
         "{}",

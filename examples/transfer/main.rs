@@ -11,7 +11,7 @@
 //!                 [--mib M | --file PATH] [--read] [--chunk-kib C] [--depth D]
 //!                 [--timeout T] [--retry R] [--slack X] [--tc TC] [--hop-limit H]
 //!                 [--start-at SECS] [--cut-at SECS] [--at-half CMD] [--tick-ms MS]
-//!                 [--fail-every MIB] [--no-readmit]
+//!                 [--fail-every MIB] [--no-readmit] [--trace]
 //!   --token     (both) the server serves only clients whose hello carries it
 //!   --max-mib   (server) the most a client may ask for, per plane (default 64):
 //!               a larger request is refused before anything is registered
@@ -40,6 +40,8 @@
 //!               fraction done then and at the device's PORT_ERR
 //!   --fail-every  fail the busiest live path every MIB MiB done (as a watchdog
 //!               misled by a starved host would): its writes are on the wire
+//!   --trace     print every post (with its queue pair and PSNs), completion,
+//!               failure, reset and connection of the transfer at the end
 //! ```
 //! The client prints a progress line (total and per-path rate, path
 //! states), then `checksum ...` and one machine-readable `RESULT ...`
@@ -92,6 +94,7 @@ pub struct Opts {
     pub max_mib: u64,
     pub max_clients: usize,
     pub once: bool,
+    pub trace: bool,
 }
 
 const USAGE: &str = "usage: transfer server [--port N] [--devs A,B] [--token T] [--max-mib M] [--once] | transfer client HOST [OPTIONS] (see the source's header)";
@@ -124,6 +127,7 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Opts), String> {
         max_mib: 64,
         max_clients: 2,
         once: false,
+        trace: false,
     };
     let mut it = args.iter();
     let role = it.next().cloned().ok_or("a role: server or client")?;
@@ -144,6 +148,10 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Opts), String> {
             }
             "--once" => {
                 o.once = true;
+                continue;
+            }
+            "--trace" => {
+                o.trace = true;
                 continue;
             }
             _ => {}

@@ -11,6 +11,7 @@ use crate::memory::NicBuf;
 
 use super::ah_table::AhTable;
 use super::bind_table::BindTable;
+use super::completion::CompletionRef;
 use super::doorbell::{Provider, Verbs};
 use super::id::MAX_QPS;
 use super::prepared_table::PreparedTable;
@@ -265,12 +266,29 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// longer touches them. If the destroy fails, the queue pair and all of
     /// them are leaked instead, and the error says so.
     pub fn remove_qp(&mut self, qp: QpId) -> Result<(), Error> {
-        self.slot(qp)?;
-        self.teardown_slot(qp.index)
+        self.remove_qp_with(qp, |_| {})
     }
 
-    /// Destroys the queue pair in slot `index` (see `remove_qp`).
-    fn teardown_slot(&mut self, index: u32) -> Result<(), Error> {
+    /// [`Engine::remove_qp`], handing back through `on_done`, as flushed,
+    /// every request the queue pair still held, once its destroy
+    /// succeeded (the device is then done with their buffers): for a
+    /// caller that must get its buffers back from a queue pair it could
+    /// not reset. A failed destroy hands back nothing.
+    pub(crate) fn remove_qp_with(
+        &mut self,
+        qp: QpId,
+        mut on_done: impl FnMut(CompletionRef<'_, B>),
+    ) -> Result<(), Error> {
+        self.slot(qp)?;
+        self.teardown_slot(qp.index, &mut on_done)
+    }
+
+    /// Destroys the queue pair in slot `index` (see `remove_qp_with`).
+    fn teardown_slot(
+        &mut self,
+        index: u32,
+        on_done: &mut impl FnMut(CompletionRef<'_, B>),
+    ) -> Result<(), Error> {
         let slot = &mut self.qps[index as usize];
         let Some(handle) = slot.qp.take() else {
             return Ok(());
@@ -292,10 +310,12 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 "the queue pair and every buffer posted to it were leaked"
             )));
         }
+        // Destroyed: like RESET, it holds no work request; what its rings
+        // still hold goes back as flushed.
+        self.qps[index as usize].set_state(QpState::RESET);
+        self.retire_all(self.id_of(index), on_done)?;
         let slot = &mut self.qps[index as usize];
         slot.qp_num = VACANT;
-        slot.state = QpState::RESET;
-        slot.set_state(QpState::RESET);
         // Its completions still queued hold ids of the old window: dropping
         // the rings' buffers now is sound, the device is done with them.
         let keep_send = slot.send.next_seq();

@@ -51,7 +51,8 @@ pub use core::Engine;
 pub use doorbell::RawSend;
 pub use doorbell::Verbs;
 pub use expose::Exposing;
-// For `QueuePair`'s bound; outside the crate the trait stays unnamed.
+// For `QueuePair`'s and the transfer's bounds; outside the crate the
+// trait stays unnamed.
 pub(crate) use doorbell::Provider;
 pub use id::RAW_ID_LIMIT;
 pub use lane::{Lane, LanePoll};

@@ -35,8 +35,9 @@ mod prepared_ops;
 mod provider;
 #[cfg(test)]
 mod reset_flush;
-mod rng;
+pub(crate) mod rng;
 mod run;
+pub(crate) mod seam;
 pub(crate) mod stub;
 mod window;
 

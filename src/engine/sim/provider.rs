@@ -159,6 +159,9 @@ impl Provider for Sim {
     }
 
     fn set_state(&mut self, qp: &SimQpRef, state: sys::ibv_qp_state) -> Result<(), Error> {
+        if self.dev.fail_state_changes {
+            return Err(Error::os(site!("sim modify_qp"), libc::EIO));
+        }
         self.dev.set_state(qp.0, state);
         Ok(())
     }

@@ -6,7 +6,7 @@ use core::mem::MaybeUninit;
 
 use crate::engine::core::Engine;
 use crate::engine::doorbell::Provider;
-use crate::engine::qp_slot::{QpId, QpInfo, QpState};
+use crate::engine::qp_slot::{QpId, QpState};
 use crate::error::Error;
 use crate::memory::NicBuf;
 use crate::raw::PostFailed;
@@ -35,19 +35,7 @@ impl Stub {
 /// in `engine`, `depth` deep both ways with one scatter/gather entry per
 /// request, and moves it to RTS.
 pub(crate) fn one_qp<B: NicBuf>(engine: &mut Engine<B, Stub>, qp_num: u32, depth: u32) -> QpId {
-    let caps = sys::ibv_qp_cap {
-        max_send_wr: depth,
-        max_recv_wr: depth,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let qp = engine
-        .place((), qp_num, depth, depth, caps, QpInfo::default())
-        .map_err(|(e, _)| e)
-        .unwrap();
-    engine.mark_state(qp, QpState::RTS).unwrap();
-    qp
+    super::seam::place(engine, (), qp_num, depth, QpState::RTS).unwrap()
 }
 
 impl Provider for Stub {
