@@ -331,6 +331,16 @@ impl<B: NicBuf> Engine<B, Verbs> {
         self.cq.wait_event(ms)
     }
 
+    /// Consumes the completion channel's pending events without sleeping
+    /// (the channel is non-blocking); true if one arrived. For an event
+    /// loop that watches [`Engine::event_fd`] itself (epoll, tokio's
+    /// `AsyncFd`): once the descriptor is readable, take the events (they
+    /// are acknowledged in batches), then arm and poll again. Refused
+    /// without `EngineConfig::events`.
+    pub fn take_events(&self) -> Result<bool, Error> {
+        self.cq.take_events()
+    }
+
     /// The shared receive queue's identity, to compare with
     /// [`crate::device::AsyncEvent::element`] (`SRQ_LIMIT_REACHED`).
     pub fn srq_raw_id(&self) -> Option<usize> {

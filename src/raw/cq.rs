@@ -190,6 +190,19 @@ impl RawCq {
         if !wait_readable(site!("poll(completion channel)"), channel.fd(), timeout_ms)? {
             return Ok(false);
         }
+        self.take_events()
+    }
+
+    /// Reads every event the channel holds without waiting (the channel
+    /// is non-blocking), acknowledging this queue's in batches and another
+    /// queue's at once. Returns whether an event of this queue was read.
+    pub(crate) fn take_events(&self) -> Result<bool, Error> {
+        let Some(channel) = &self.keep.0 else {
+            return Err(Error::invalid(site!(
+                "take completion events",
+                "the completion queue has no channel"
+            )));
+        };
         let mut mine = 0;
         loop {
             let mut cq = core::ptr::null_mut();
