@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use verbs::{
@@ -209,7 +210,14 @@ fn take_events_consumes_what_the_channel_holds_without_sleeping() {
     a.post_inline(SendOp::Send, b"x", 7, true).unwrap();
     // The completion makes the descriptor readable (an event loop's cue).
     assert!(readable(fd, 20_000), "the armed completion raised an event");
+    let own = a.engine().dup_event_fd().unwrap().expect("a channel");
+    assert_ne!(own.as_raw_fd(), fd, "a descriptor of its own");
+    assert!(
+        readable(own.as_raw_fd(), 0),
+        "the same open file: readable too"
+    );
     assert!(a.engine().take_events().unwrap(), "the event is this CQ's");
+    assert!(!readable(own.as_raw_fd(), 0), "and quiet once taken");
     assert!(!readable(fd, 0), "taken: the descriptor is quiet again");
     assert!(!a.engine().take_events().unwrap(), "nothing left to take");
     a.wait_one(support::deadline()).unwrap().result().unwrap();
@@ -227,7 +235,8 @@ fn take_events_consumes_what_the_channel_holds_without_sleeping() {
     }
     // A receive's buffer drained so b drops with nothing in flight.
     while b.in_flight().1 > 0 {
-        b.wait(support::deadline(), |c| c.result().unwrap()).unwrap();
+        b.wait(support::deadline(), |c| c.result().unwrap())
+            .unwrap();
     }
 }
 
@@ -238,4 +247,5 @@ fn take_events_is_refused_without_a_channel() {
     let qp = Qp::new(&pd, &support::config()).unwrap();
     let e = qp.engine().take_events().unwrap_err();
     assert_eq!(e.kind(), verbs::ErrorKind::InvalidArgument, "{e}");
+    assert!(qp.engine().dup_event_fd().unwrap().is_none());
 }
