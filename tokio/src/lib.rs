@@ -57,3 +57,5 @@ mod stream;
 pub use engine::{AsyncEngine, Handed, DEFAULT_READY_CAPACITY};
 pub use listener::{ListenerConfig, RdmaListener};
 pub use stream::{RdmaStream, StreamConfig};
+#[cfg(test)]
+mod sim;
