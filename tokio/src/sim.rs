@@ -217,7 +217,10 @@ fn a_completion_that_lands_just_before_the_arm_is_found_by_the_poll_after_it() {
     let r = poll_completions(&mut sim, &mut armed, &mut cx, |sim| {
         Ok(sim.poll_cq(16, &mut |id| got.push(id)))
     });
-    assert!(matches!(r, Poll::Ready(Ok(1))), "no event came, the second poll found it");
+    assert!(
+        matches!(r, Poll::Ready(Ok(1))),
+        "no event came, the second poll found it"
+    );
     assert_eq!(got, [7]);
     assert!(armed, "armed once, not again before its event");
 }
@@ -235,5 +238,9 @@ fn an_idle_waiter_arms_once_and_sleeps() {
         assert!(r.is_pending());
     }
     assert_eq!(sim.arms, 1, "armed once for five idle polls");
-    assert_eq!(sim.polls, 2 + 4, "two polls around the arm, then one per call");
+    assert_eq!(
+        sim.polls,
+        2 + 4,
+        "two polls around the arm, then one per call"
+    );
 }
