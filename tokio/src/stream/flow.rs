@@ -119,7 +119,9 @@ impl Flow {
                 .post_recv(self.qp, RecvRequest::new(buf))
                 .map_err(|e| e.error)?;
         }
-        if self.owed >= self.owed_threshold && self.ctrl_free > 0 {
+        // Once the peer ended its stream it sends no more data: it needs
+        // no credits (and may be gone).
+        if self.owed >= self.owed_threshold && self.ctrl_free > 0 && !self.fin_received {
             self.post_ctrl(engine, 0)?;
         }
         Ok(())
@@ -155,6 +157,11 @@ impl Flow {
             }
         }
         Ok(copied)
+    }
+
+    /// True once the peer ended its stream.
+    pub(crate) fn peer_done(&self) -> bool {
+        self.fin_received
     }
 
     /// True once the peer ended its stream and everything was read.

@@ -105,33 +105,39 @@ impl AsyncWrite for RdmaStream {
         }
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        loop {
-            if let Some(e) = this.flow.failure() {
-                return Poll::Ready(Err(e));
-            }
-            if this.flow.in_flight == 0 {
-                return Poll::Ready(Ok(()));
-            }
-            std::task::ready!(this.drive(cx, WRITE))?;
+    /// Every write is posted when `poll_write` returns (the device sends
+    /// it on its own), so there is nothing to push: this only reports a
+    /// failure already seen. As with TCP, a flushed byte is not yet a
+    /// delivered one; `poll_shutdown` waits for the acknowledgements.
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.flow.failure() {
+            Some(e) => Poll::Ready(Err(e)),
+            None => Poll::Ready(Ok(())),
         }
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = &mut *self;
         loop {
-            let this = &mut *self;
+            // Once the peer ended its stream too, it may be gone: what we
+            // still send goes unacknowledged without it being an error (as
+            // a TCP FIN after the peer's, which nobody waits for).
+            let peer_done = this.flow.peer_done();
+            let lenient = |e: io::Error| if peer_done { Ok(()) } else { Err(e) };
             if let Some(e) = this.flow.failure() {
-                return Poll::Ready(Err(e));
+                return Poll::Ready(lenient(e));
             }
             if this
                 .flow
                 .send_fin(&mut this.core.engine)
                 .map_err(verbs_io)?
+                && this.flow.in_flight == 0
             {
-                return self.poll_flush(cx);
+                return Poll::Ready(Ok(()));
             }
-            std::task::ready!(this.drive(cx, WRITE))?;
+            if let Err(e) = std::task::ready!(this.drive(cx, WRITE)) {
+                return Poll::Ready(lenient(e));
+            }
         }
     }
 }

@@ -36,14 +36,17 @@ use wakers::Wakers;
 /// sharing: `Send`, moves with its task). Reads copy out of the receive
 /// ring into the caller's buffer; writes copy into send buffers.
 ///
-/// - `poll_flush` returns once the peer's device acknowledged every byte
-///   written; `poll_shutdown` sends the end of the stream (the peer reads
-///   EOF once it has read everything) and flushes.
+/// - A write is posted when `poll_write` returns; `poll_flush` has
+///   nothing to push (it reports a failure seen). `poll_shutdown` sends
+///   the end of the stream (the peer reads EOF once it has read
+///   everything) and returns once the peer's device acknowledged every
+///   byte, or at once if the peer ended its own first (it may be gone).
 /// - A peer that is gone is an error: its writes fail after the
 ///   transport's retries, and a read or write waiting longer than
 ///   `StreamConfig::keepalive` probes it.
-/// - Dropping the stream destroys its queue pair: bytes not yet flushed
-///   may not arrive (as a TCP reset). Flush or shut down first.
+/// - Dropping the stream destroys its queue pair: bytes not yet
+///   acknowledged may not arrive (as a TCP reset). Shut down first (hyper
+///   does).
 pub struct RdmaStream {
     core: Core<ArenaBuf>,
     /// See `AsyncEngine::armed`.
