@@ -26,7 +26,7 @@ pub const DEFAULT_READY_CAPACITY: usize = 256;
 /// either the one the future returns, within the same poll, or kept in
 /// the engine's ready queue (pre-sized; it grows only if more
 /// completions are left unclaimed than it holds), where
-/// [`AsyncEngine::next`] returns it. A future dropped, forgotten, or
+/// [`AsyncEngine::next_completion`] returns it. A future dropped, forgotten, or
 /// abandoned with its aborted or panicking task leaves every request's
 /// buffers with the engine until their completion is claimed.
 pub struct AsyncEngine<B: NicBuf> {
@@ -97,7 +97,7 @@ impl<B: NicBuf> AsyncEngine<B> {
 
     /// Waits for the completion of the request posted on `qp` with `tag`
     /// and returns it with its buffers. Completions of other requests
-    /// polled meanwhile stay for [`AsyncEngine::next`].
+    /// polled meanwhile stay for [`AsyncEngine::next_completion`].
     pub fn completion(
         &mut self,
         qp: QpId,
@@ -108,12 +108,15 @@ impl<B: NicBuf> AsyncEngine<B> {
 
     /// The next completion, whichever request it finishes (the unclaimed
     /// ones first): the engine's completions as a stream.
-    pub fn next(&mut self) -> impl Future<Output = Result<Completion<B>, Error>> + '_ {
-        poll_fn(move |cx| self.poll_next(cx))
+    pub fn next_completion(&mut self) -> impl Future<Output = Result<Completion<B>, Error>> + '_ {
+        poll_fn(move |cx| self.poll_next_completion(cx))
     }
 
-    /// [`AsyncEngine::next`] as a poll function.
-    pub fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Result<Completion<B>, Error>> {
+    /// [`AsyncEngine::next_completion`] as a poll function.
+    pub fn poll_next_completion(
+        &mut self,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Completion<B>, Error>> {
         self.poll_matching(cx, |_| true)
     }
 

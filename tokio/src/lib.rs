@@ -7,7 +7,7 @@
 //! only waits: it owns no buffer and no completion while it is pending.
 //! What a poll takes off the completion queue is, within that same poll,
 //! either returned or put in the engine's ready queue, where
-//! [`AsyncEngine::next`] finds it. So a future dropped, `mem::forget`-ed,
+//! [`AsyncEngine::next_completion`] finds it. So a future dropped, `mem::forget`-ed,
 //! aborted with its task, or left behind by a panic or a runtime shut
 //! down loses nothing and frees nothing; an engine dropped with requests
 //! in flight destroys its queue pairs before their buffers (the core's

@@ -117,7 +117,7 @@ async fn a_dropped_waiter_leaves_the_buffer_and_the_completion_with_the_engine()
     p.owned_by_the_engine();
     p.let_it_land();
     returned(
-        or_hang("next after a dropped waiter", p.a.next())
+        or_hang("next after a dropped waiter", p.a.next_completion())
             .await
             .unwrap(),
     );
@@ -165,7 +165,7 @@ async fn a_waiter_whose_completion_was_polled_for_another_finds_it_unclaimed() {
         }
         std::thread::sleep(std::time::Duration::from_millis(1)); // the ack is on its way
     }
-    returned(p.a.next().await.unwrap());
+    returned(p.a.next_completion().await.unwrap());
 }
 
 #[tokio::test]
@@ -191,7 +191,7 @@ async fn an_aborted_task_leaves_the_buffer_and_the_completion_with_the_engine() 
     assert_eq!(a.in_flight(qa).unwrap(), (1, 0), "still the engine's");
     p.let_it_land();
     returned(
-        or_hang("next after an aborted task", a.next())
+        or_hang("next after an aborted task", a.next_completion())
             .await
             .unwrap(),
     );
@@ -217,7 +217,7 @@ async fn a_panicking_task_leaves_the_buffer_and_the_completion_with_the_engine()
     assert_eq!(a.in_flight(qa).unwrap(), (1, 0));
     p.let_it_land();
     returned(
-        or_hang("next after a panicking task", a.next())
+        or_hang("next after a panicking task", a.next_completion())
             .await
             .unwrap(),
     );
@@ -246,13 +246,17 @@ fn a_runtime_shut_down_under_a_waiter_is_an_error_then_the_completion_comes_back
     second.block_on(async {
         let mut a = a.lock().await;
         assert_eq!(a.in_flight(qa).unwrap(), (1, 0), "still the engine's");
-        let e = or_hang("a wait on a dead reactor", a.next())
+        let e = or_hang("a wait on a dead reactor", a.next_completion())
             .await
             .expect_err("the reactor it was registered with is gone: an error, not a hang");
         assert_eq!(e.kind(), verbs::ErrorKind::BadState, "{e}");
         a.reregister().unwrap();
         p.let_it_land();
-        returned(or_hang("next after reregister", a.next()).await.unwrap());
+        returned(
+            or_hang("next after reregister", a.next_completion())
+                .await
+                .unwrap(),
+        );
     });
 }
 
@@ -269,14 +273,14 @@ async fn an_engine_swapped_behind_the_mutable_borrow_gets_its_own_registration()
     // The old engine, out from under the AsyncEngine, still works on its own.
     assert_eq!(old.in_flight(qa).unwrap(), (0, 0));
     // The new one waits on its own channel: an idle wait pends, no error.
-    let mut waiting = Box::pin(p.a.next());
+    let mut waiting = Box::pin(p.a.next_completion());
     assert!(poll_once(&mut waiting).is_pending());
     drop(waiting);
     std::mem::swap(p.a.engine_mut(), &mut old);
     p.post();
     p.let_it_land();
     returned(
-        or_hang("next on the engine swapped back", p.a.next())
+        or_hang("next on the engine swapped back", p.a.next_completion())
             .await
             .unwrap(),
     );

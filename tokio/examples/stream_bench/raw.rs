@@ -148,7 +148,7 @@ async fn async_round_trips(
             .engine_mut()
             .post_inline(qp, SendOp::Send, &msg, 0, true)?;
         let buf = loop {
-            let mut c = engine.next().await?;
+            let mut c = engine.next_completion().await?;
             if c.is_recv {
                 break c.take_buf().ok_or("a receive without its buffer")?;
             }
