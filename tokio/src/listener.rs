@@ -14,8 +14,9 @@ use verbs::{Deadline, ErrorKind, ProtectionDomain};
 use crate::stream::{open, verbs_io, AnswerError, Parts, RdmaStream, StreamConfig};
 
 /// How often the thread handing hellos over looks whether the listener
-/// is gone.
-const HANDOFF_CHECK: Duration = Duration::from_millis(100);
+/// is gone (an idle listener's only wake-up; a dropped one frees its port
+/// within this).
+const HANDOFF_CHECK: Duration = Duration::from_secs(1);
 
 /// What a listener demands of clients and gives each stream.
 #[derive(Clone, Debug, Default)]

@@ -88,7 +88,8 @@ impl Flow {
             let (Some(buf), Some(imm)) = (c.take_buf(), c.imm()) else {
                 return self.fail(protocol_error());
             };
-            self.credits += imm & !FIN;
+            // A lying peer only makes itself wait (receiver-not-ready).
+            self.credits = self.credits.saturating_add(imm & !FIN);
             self.fin_received |= imm & FIN != 0;
             if len == 0 {
                 self.repost.push(buf); // a control message: its slot is not a credit
