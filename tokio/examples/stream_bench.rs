@@ -218,8 +218,21 @@ impl Dial {
             .ok_or("no address")?)
     }
 
+    /// A TCP connection; the server may not listen yet (as the RDMA
+    /// exchange, retried for a while).
     async fn tcp(&self, port: u16) -> Result<TcpStream, BoxError> {
-        let s = TcpStream::connect(self.addr(port).await?).await?;
+        let addr = self.addr(port).await?;
+        let mut tries = 0;
+        let s = loop {
+            match TcpStream::connect(addr).await {
+                Ok(s) => break s,
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused && tries < 300 => {
+                    tries += 1;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
         s.set_nodelay(true)?;
         Ok(s)
     }
