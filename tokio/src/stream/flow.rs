@@ -115,6 +115,12 @@ impl Flow {
 
     /// Posts the freed receives again and reports the credits owed.
     pub(crate) fn settle(&mut self, engine: &mut Engine<ArenaBuf>) -> Result<(), Error> {
+        if self.failed.is_some() {
+            // The queue pair takes nothing more; what was received and
+            // not read stays readable.
+            self.repost.clear();
+            return Ok(());
+        }
         while let Some(buf) = self.repost.pop() {
             engine
                 .post_recv(self.qp, RecvRequest::new(buf))
@@ -129,15 +135,15 @@ impl Flow {
     }
 
     fn post_ctrl(&mut self, engine: &mut Engine<ArenaBuf>, flags: u32) -> Result<(), Error> {
-        let imm = flags | core::mem::take(&mut self.owed);
-        let req = SendRequest::empty(SendOp::SendImm(imm)).tag(CTRL);
+        let req = SendRequest::empty(SendOp::SendImm(flags | self.owed)).tag(CTRL);
         engine.post_send(self.qp, req).map_err(|e| e.error)?;
+        self.owed = 0;
         self.ctrl_free -= 1;
         self.in_flight += 1;
         Ok(())
     }
 
-    /// Copies received data into `out`; `None` when none is there.
+    /// Copies received data into `out`; false when none is there.
     pub(crate) fn read(&mut self, out: &mut tokio::io::ReadBuf<'_>) -> Result<bool, Error> {
         let mut copied = false;
         while out.remaining() > 0 {
