@@ -16,6 +16,26 @@ pub const DEFAULT_READY_CAPACITY: usize = 256;
 /// runtime it was made in: waits are futures that sleep on the
 /// descriptor (no CPU while idle, no thread), posts stay synchronous.
 ///
+/// ```no_run
+/// use verbs::{Context, Engine, EngineConfig, Local, MemoryRegion, ProtectionDomain, QpConfig,
+///             SendOp, SendRequest};
+/// use verbs_tokio::AsyncEngine;
+/// # async fn run(peer: verbs::Endpoint) -> Result<(), verbs::Error> {
+/// let pd = ProtectionDomain::new(&Context::open(None)?)?;
+/// let config = EngineConfig { events: true, ..EngineConfig::default() };
+/// let mut engine = AsyncEngine::new(Engine::<MemoryRegion>::new(&pd, &config)?)
+///     .map_err(|(e, _engine)| e)?;
+/// let qp = engine.engine_mut().add_qp(&QpConfig::default())?;
+/// engine.engine_mut().connect(qp, &peer)?;
+/// let msg = Local::range(MemoryRegion::new(&pd, 4096)?, 0, 64).map_err(|(e, _)| e)?;
+/// let req = SendRequest::new(SendOp::Send, msg).tag(7);
+/// engine.engine_mut().post_send(qp, req).map_err(|e| e.error)?; // never blocks
+/// let mut done = engine.completion(qp, 7).await?; // asleep on the descriptor meanwhile
+/// done.result()?;
+/// let _buf = done.take_buf(); // the buffer is back only now
+/// # Ok(()) }
+/// ```
+///
 /// One owner, no lock: the futures borrow it mutably, so it is `Send` and
 /// moves with its task. To share one engine between tasks, put it behind
 /// a lock of your choice (`tokio::sync::Mutex`).
