@@ -37,14 +37,15 @@ pub struct StreamConfig {
 
 impl Default for StreamConfig {
     /// 16 messages of 16 KiB each way (576 KiB registered per stream), a
-    /// keepalive after 2 s of silence, a peer gone after 7 x 268 ms
+    /// keepalive after 10 s of silence (an idle connection costs one timer
+    /// wake-up per period; TCP waits hours), a peer gone after 7 x 268 ms
     /// without an acknowledgement, 10 s to set up.
     fn default() -> Self {
         StreamConfig {
             slot_size: 16 << 10,
             recv_slots: 16,
             send_slots: 16,
-            keepalive: Some(Duration::from_secs(2)),
+            keepalive: Some(Duration::from_secs(10)),
             connect: ConnectOptions {
                 timeout: 16,
                 retry_cnt: 6,

@@ -31,6 +31,10 @@ pub(crate) struct Flow {
     /// Receive buffers to post again once the poll that freed them ends.
     repost: Vec<ArenaBuf>,
     send_free: Vec<ArenaBuf>,
+    /// A data send is signaled once no more than this many buffers are
+    /// free: the rest come back with it (an acknowledgement alone wakes
+    /// nobody).
+    signal_below: usize,
     /// Data messages the peer can still take.
     credits: u32,
     /// Control messages we may still have in flight.
@@ -58,6 +62,7 @@ impl Flow {
             rx: VecDeque::with_capacity(recvs),
             rx_read: 0,
             repost: Vec::with_capacity(recvs),
+            signal_below: send_free.len() / 2,
             send_free,
             credits: config.recv_slots,
             ctrl_free: CTRL_SLOTS,
@@ -135,7 +140,12 @@ impl Flow {
     }
 
     fn post_ctrl(&mut self, engine: &mut Engine<ArenaBuf>, flags: u32) -> Result<(), Error> {
-        let req = SendRequest::empty(SendOp::SendImm(flags | self.owed)).tag(CTRL);
+        let mut req = SendRequest::empty(SendOp::SendImm(flags | self.owed)).tag(CTRL);
+        // The end of the stream is waited for; others are signaled only
+        // before the control budget runs low (the rest come back with it).
+        if flags & FIN == 0 && self.ctrl_free > CTRL_SLOTS / 2 {
+            req = req.unsignaled();
+        }
         engine.post_send(self.qp, req).map_err(|e| e.error)?;
         self.owed = 0;
         self.ctrl_free -= 1;
@@ -206,7 +216,10 @@ impl Flow {
                 }
             };
             let imm = core::mem::take(&mut self.owed);
-            let req = SendRequest::new(SendOp::SendImm(imm), local).tag(DATA);
+            let mut req = SendRequest::new(SendOp::SendImm(imm), local).tag(DATA);
+            if self.send_free.len() > self.signal_below {
+                req = req.unsignaled();
+            }
             if let Err(refused) = engine.post_send(self.qp, req) {
                 self.owed += imm;
                 self.send_free.extend(refused.request.into_bufs());
