@@ -6,8 +6,9 @@ struct ibv_context *verbs_shim_cm_id_verbs(struct rdma_cm_id *id) { return id->v
 struct ibv_qp *verbs_shim_cm_id_qp(struct rdma_cm_id *id) { return id->qp; }
 uint8_t verbs_shim_cm_id_port(struct rdma_cm_id *id) { return id->port_num; }
 /* rdma_destroy_qp ignores ibv_destroy_qp's result; the crate destroys the QP
- * itself, sees a failure (and leaks), and only then makes the id forget it. */
-void verbs_shim_cm_id_forget_qp(struct rdma_cm_id *id) { id->qp = NULL; }
+ * itself: the id forgets it first (so id->qp never names a freed QP), and
+ * gets it back if the destroy fails (the QP is then leaked, and alive). */
+void verbs_shim_cm_id_set_qp(struct rdma_cm_id *id, struct ibv_qp *qp) { id->qp = qp; }
 
 #define VERBS_CHECK(name) static verbs_direct_##name##_t verbs_check_##name __attribute__((unused)) = name
 VERBS_CHECK(rdma_create_event_channel);

@@ -12,7 +12,7 @@
 struct ibv_context *verbs_shim_cm_id_verbs(struct rdma_cm_id *id);
 struct ibv_qp *verbs_shim_cm_id_qp(struct rdma_cm_id *id);
 uint8_t verbs_shim_cm_id_port(struct rdma_cm_id *id);
-void verbs_shim_cm_id_forget_qp(struct rdma_cm_id *id);
+void verbs_shim_cm_id_set_qp(struct rdma_cm_id *id, struct ibv_qp *qp);
 
 /* Part 2: librdmacm exports called directly. */
 VERBS_DIRECT(struct rdma_event_channel *, rdma_create_event_channel, (void));

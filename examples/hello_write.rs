@@ -16,15 +16,22 @@
 //!   --cm              connect with rdma_cm instead (build with --features rdmacm);
 //!                     the server's memory descriptor travels in the accept's private data
 //! ```
-//! The server logs a client it drops (garbage, a port scan, a bad token, a
-//! silent client) in one line and serves the next. Exit status 0 only if
-//! the bytes really arrived (the server: with `--once`).
+//! The server serves up to 8 clients at once, each with a protection
+//! domain, a queue pair and a page of its own, made only once its hello
+//! is valid; every stage has a deadline, so a client that stalls holds
+//! its own slot for seconds and nobody else's. It logs a client it drops
+//! (garbage, a port scan, a bad token, an endpoint its port cannot reach,
+//! a silent or stalled client) in one line. Exit status 0 only if the
+//! bytes really arrived (the server: with `--once`).
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::process::ExitCode;
+use std::thread::ScopedJoinHandle;
 use std::time::Duration;
 
-use verbs::exchange::{self, Handshake, Server, ServerConfig, Session, Token, TutorialSide};
+use verbs::exchange::{
+    self, ExchangeError, Handshake, Server, ServerConfig, Session, Token, TutorialSide,
+};
 use verbs::wire::tutorial::{ConnInfo, TUTORIAL_BUF_SIZE, TUTORIAL_TCP_PORT};
 use verbs::{
     Access, Context, Deadline, Endpoint, HostBuf, Local, MemoryRegion, NicBuf, ProtectionDomain,
@@ -33,6 +40,12 @@ use verbs::{
 
 const BUF_SIZE: usize = 4096;
 const INITIAL: &str = "(initial server memory)";
+/// Clients served at once; more wait for a slot (a hello waits at most
+/// the exchange's client timeout, 10 s).
+const MAX_CLIENTS: usize = 8;
+/// The most a client may take for a stage after its hello: the primer's
+/// exchange, its sync, its read back.
+const STAGE: Duration = Duration::from_secs(10);
 const USAGE: &str = "usage: hello_write [server | client HOST] [--dev NAME] [--port N] [--gid-index N] [--token SECRET] [--once] [--wire tutorial] [--cm]";
 
 #[derive(Clone, Debug)]
@@ -153,13 +166,11 @@ fn loopback(opts: &Options) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// The side that only exposes memory and watches it change, for one
-/// client after another (or one, with `--once`).
+/// The side that only exposes memory and watches it change, for clients
+/// one after another and several at once (or one, with `--once`).
 fn server(opts: &Options, listener: Option<TcpListener>) -> Result<(), BoxError> {
     let ctx = Context::open(opts.dev.as_deref())?;
-    let pd = ProtectionDomain::new(&ctx)?;
-    let mut mr =
-        MemoryRegion::with_access(&pd, BUF_SIZE, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
+    let port = QpConfig::default().port;
     let listener = match listener {
         Some(l) => l,
         None => TcpListener::bind(("0.0.0.0", opts.port))?,
@@ -171,59 +182,95 @@ fn server(opts: &Options, listener: Option<TcpListener>) -> Result<(), BoxError>
     );
     if opts.tutorial {
         let listener = exchange::Listener::from_std(listener)?;
-        loop {
-            let session = listener.accept(Deadline::NEVER)?;
-            let who = session.peer_addr();
-            let verdict = serve_tutorial(opts, &pd, &mut mr, session);
-            if let Some(done) = finish(opts, who, verdict) {
-                return done;
-            }
-        }
+        return serve_all(opts, &ctx, || {
+            listener.accept(Deadline::NEVER).map(Client::Tutorial)
+        });
     }
     let config = ServerConfig {
         token: opts.token,
+        // Refuse, before anything is made or revealed, an endpoint this
+        // port cannot reach (a zero GID on RoCE).
+        link_layer: Some(ctx.query_port(port)?.link_layer()),
         ..ServerConfig::default()
     };
     let server = Server::from_std(listener, config, |peer, err| {
         println!("[server] dropped {peer}: {err}")
     })?;
-    loop {
-        let hello = server.next_client(Deadline::NEVER)?;
-        let who = hello.peer_addr();
-        let verdict = serve(opts, &pd, &mut mr, hello);
-        if let Some(done) = finish(opts, who, verdict) {
-            return done;
+    serve_all(opts, &ctx, || {
+        server.next_client(Deadline::NEVER).map(Client::Ours)
+    })
+}
+
+/// A client as the server first meets it: on our wire with its hello read
+/// and valid, on the primer's with nothing exchanged yet.
+enum Client {
+    Ours(Handshake),
+    Tutorial(Session),
+}
+
+impl Client {
+    fn peer_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Client::Ours(hello) => hello.peer_addr(),
+            Client::Tutorial(session) => session.peer_addr(),
         }
     }
 }
 
-/// What one client's story means for the server: with `--once`, its
-/// verdict; otherwise a line, and on to the next client.
-fn finish(
+/// Serves every client `next` brings, each on a thread of its own, at
+/// most [`MAX_CLIENTS`] at once; with `--once` only the first, and
+/// returns its verdict.
+fn serve_all(
     opts: &Options,
-    who: Option<std::net::SocketAddr>,
-    verdict: Result<(), BoxError>,
-) -> Option<Result<(), BoxError>> {
-    let who = who.map_or_else(|| "a client".to_string(), |a| a.to_string());
-    match (&verdict, opts.once) {
-        (_, true) => return Some(verdict),
-        (Ok(()), false) => println!("[server] {who}: done; serving the next client"),
-        (Err(e), false) => println!("[server] {who}: {e}; serving the next client"),
+    ctx: &Context,
+    mut next: impl FnMut() -> Result<Client, ExchangeError>,
+) -> Result<(), BoxError> {
+    if opts.once {
+        return serve(opts, ctx, next()?);
     }
-    None
+    std::thread::scope(|scope| {
+        let mut running: Vec<ScopedJoinHandle<'_, ()>> = Vec::new();
+        loop {
+            running.retain(|t| !t.is_finished());
+            if running.len() >= MAX_CLIENTS {
+                std::thread::sleep(Duration::from_millis(20));
+                continue;
+            }
+            let client = next()?;
+            running.push(scope.spawn(move || {
+                let who = client.peer_addr();
+                let who = who.map_or_else(|| "a client".to_string(), |a| a.to_string());
+                match serve(opts, ctx, client) {
+                    Ok(()) => println!("[server] {who}: done"),
+                    Err(e) => println!("[server] dropped {who}: {e}"),
+                }
+            }));
+        }
+    })
+}
+
+/// One client: a protection domain and a page of its own (so what it
+/// learns reaches nothing of any other client's), then its story.
+fn serve(opts: &Options, ctx: &Context, client: Client) -> Result<(), BoxError> {
+    let pd = ProtectionDomain::new(ctx)?;
+    let mut mr =
+        MemoryRegion::with_access(&pd, BUF_SIZE, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
+    mr.write_at(0, &cstring(INITIAL))?;
+    match client {
+        Client::Ours(hello) => serve_ours(opts, &pd, &mut mr, hello),
+        Client::Tutorial(session) => serve_tutorial(opts, &pd, &mut mr, session),
+    }
 }
 
 /// One client of our wire: its hello was read and validated before we
 /// reveal anything; a queue pair of its own, our endpoint with the region
 /// only now, then the story.
-fn serve(
+fn serve_ours(
     opts: &Options,
     pd: &ProtectionDomain,
     mr: &mut MemoryRegion,
     hello: Handshake,
 ) -> Result<(), BoxError> {
-    mr.write_at(0, &[0u8; BUF_SIZE])?;
-    mr.write_at(0, &cstring(INITIAL))?;
     let mut qp = new_qp(opts, pd, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
     let peer = hello.peer_endpoint().clone();
     println!(
@@ -244,7 +291,7 @@ fn serve(
     session.sync(bound)?; // the client knows we are watching
     let seen = watch(mr);
     // Stay up until the client has read the memory back.
-    session.sync(Deadline::after(Duration::from_secs(30)))?;
+    session.sync(Deadline::after(STAGE))?;
     verdict(mr, seen, "")
 }
 
@@ -255,8 +302,6 @@ fn serve_tutorial(
     mr: &mut MemoryRegion,
     mut session: Session,
 ) -> Result<(), BoxError> {
-    mr.write_at(0, &[0u8; BUF_SIZE])?;
-    mr.write_at(0, &cstring(INITIAL))?;
     println!("[server] before:  '{}'", text(mr));
     let mut qp = new_qp(opts, pd, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
     qp.set_psn(0)?;
@@ -265,9 +310,8 @@ fn serve_tutorial(
         .regions
         .push(mr.remote().expect("remote access was granted"));
     let info = ConnInfo::from_endpoint(&tutorial_endpoint(local))?;
-    let deadline = Deadline::after(Duration::from_secs(10));
     let peer = session
-        .exchange_tutorial(&info, TutorialSide::Server, deadline)?
+        .exchange_tutorial(&info, TutorialSide::Server, Deadline::after(STAGE))?
         .to_endpoint(TUTORIAL_BUF_SIZE)?;
     println!("[server] peer QPN {}, GID {}", peer.qpn, peer.gid);
     qp.connect(&peer)?;

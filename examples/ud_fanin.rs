@@ -177,6 +177,11 @@ fn serve(
         DEFAULT_QKEY
     );
     listener.set_nonblocking(true)?;
+    // Each wait is named before it begins: a hung run's log says where.
+    println!(
+        "STAGE server: qpn {} ready; echoing until {nodes} client nodes are done",
+        me.qpn
+    );
     let mut peers: Vec<BufReader<TcpStream>> = Vec::new();
     let (mut done, mut requests, mut failed) = (0, 0u64, 0u64);
     let mut ahs: HashMap<Gid, AhId> = HashMap::new();
@@ -333,6 +338,10 @@ fn hello(host: &str, port: u16) -> Result<(TcpStream, u32, Gid, u32), BoxError> 
 /// This node's client queue pairs: each sends `rounds` requests, one at a
 /// time, and checks each echo (its bytes, the server's QPN and GID).
 fn clients(pd: &ProtectionDomain, host: &str, opts: &Opts) -> Result<(), BoxError> {
+    println!(
+        "STAGE client node {}: asking {host}:{} for the server's address",
+        opts.node, opts.port
+    );
     let (mut stream, server_qpn, server_gid, qkey) = hello(host, opts.port)?;
     let started = Instant::now();
     let k = opts.clients;
@@ -365,6 +374,10 @@ fn clients(pd: &ProtectionDomain, host: &str, opts: &Opts) -> Result<(), BoxErro
     let (mut replies, mut resent, mut stale, mut bad) = (0u64, 0u64, 0u64, 0u64);
     let mut finished = 0;
     let mut back: Vec<(usize, ArenaBuf, Option<[u8; MSG]>)> = Vec::new();
+    println!(
+        "STAGE client node {}: server qpn {server_qpn}; {k} clients x {} rounds",
+        opts.node, opts.rounds
+    );
     while finished < k {
         if started.elapsed() > RUN_LIMIT {
             return Err(format!("node {}: {finished} of {k} clients finished", opts.node).into());

@@ -9,12 +9,17 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use crate::gid::Gid;
+use crate::sys::ibv_link_layer as LinkLayer;
 
 /// Largest queue pair number: QPNs are 24-bit on the wire (BTH `DestQP`).
 pub const MAX_QPN: u32 = 0x00FF_FFFF;
 
 /// Largest packet sequence number: PSNs are 24-bit on the wire (BTH `PSN`).
 pub const MAX_PSN: u32 = 0x00FF_FFFF;
+
+/// Largest unicast LID: `0xC000..=0xFFFE` are multicast LIDs and
+/// `0xFFFF` the permissive one, none of which names one port.
+pub const MAX_UNICAST_LID: u16 = 0xBFFF;
 
 /// Most regions one endpoint may share. Bounds the wire message (and so
 /// what a peer can make us allocate) at [`crate::wire::MAX_MESSAGE_LEN`].
@@ -156,6 +161,31 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Checks that a queue pair on a port of `link_layer` can address
+    /// this endpoint: what a server asks of a client's hello before it
+    /// reveals anything, since no connection can come of an endpoint
+    /// that fails this.
+    ///
+    /// - Ethernet (RoCE) addresses every peer by GID: a zero GID is
+    ///   refused ([`EndpointError::ZeroGid`]); the LID is not used.
+    /// - InfiniBand routes by LID: LID 0 (no subnet manager assigned one)
+    ///   and multicast or permissive LIDs are refused
+    ///   ([`EndpointError::NotUnicastLid`]); a zero GID with a unicast
+    ///   LID is fine.
+    /// - Any other link layer, or `None` (the port is not known): only an
+    ///   endpoint no port can address, neither a GID nor a LID, is
+    ///   refused ([`EndpointError::NoAddress`]).
+    pub fn check_addressable(&self, link_layer: Option<LinkLayer>) -> Result<(), EndpointError> {
+        match link_layer {
+            Some(LinkLayer::ETHERNET) if self.gid.is_zero() => Err(EndpointError::ZeroGid),
+            Some(LinkLayer::INFINIBAND) if !(1..=MAX_UNICAST_LID).contains(&self.lid) => {
+                Err(EndpointError::NotUnicastLid(self.lid))
+            }
+            _ if self.gid.is_zero() && self.lid == 0 => Err(EndpointError::NoAddress),
+            _ => Ok(()),
+        }
+    }
+
     /// The first shared region that wholly contains `[addr, addr + len)`,
     /// i.e. whose `rkey` a work request for that range must carry.
     pub fn region_for(&self, addr: u64, len: u64) -> Option<&RemoteRegion> {
@@ -180,6 +210,13 @@ pub enum EndpointError {
         /// Position in [`Endpoint::regions`].
         index: usize,
     },
+    /// The GID is zero, where the port addresses peers by GID (RoCE).
+    ZeroGid,
+    /// The LID (carried) is not a unicast LID, where the port routes by
+    /// LID (InfiniBand).
+    NotUnicastLid(u16),
+    /// Neither a GID nor a LID: no port can address the endpoint.
+    NoAddress,
 }
 
 impl EndpointError {
@@ -194,6 +231,11 @@ impl EndpointError {
             }
             EndpointError::TooManyRegions(_) => "more regions than MAX_REGIONS (64)",
             EndpointError::RegionOverflow { .. } => "region addr + len overflows u64",
+            EndpointError::ZeroGid => "gid is zero, and RoCE addresses peers by gid",
+            EndpointError::NotUnicastLid(_) => {
+                "lid is not unicast (1..=0xbfff), and InfiniBand routes by lid"
+            }
+            EndpointError::NoAddress => "neither a gid nor a lid: no port can address it",
         }
     }
 }
@@ -214,6 +256,19 @@ impl fmt::Display for EndpointError {
             }
             EndpointError::RegionOverflow { index } => {
                 write!(f, "region {index}: addr + len overflows u64")
+            }
+            EndpointError::ZeroGid => write!(
+                f,
+                "gid is zero, and this port (RoCE) addresses peers by gid: \
+                 the peer's gid index, or an IP address on its network device"
+            ),
+            EndpointError::NotUnicastLid(lid) => write!(
+                f,
+                "lid {lid:#x} is not unicast (1..={MAX_UNICAST_LID:#x}), and this port \
+                 (InfiniBand) routes by lid: is the peer's port ACTIVE with a subnet manager?"
+            ),
+            EndpointError::NoAddress => {
+                write!(f, "neither a gid nor a lid: no port can address it")
             }
         }
     }
@@ -317,5 +372,38 @@ mod tests {
             Err(EndpointError::RegionOverflow { index: 1 })
         );
         assert!(e.validate().unwrap_err().to_string().contains("region 1"));
+    }
+
+    #[test]
+    fn addressable_by_what_the_port_routes_on() {
+        let at = |lid: u16, gid: Gid| Endpoint { lid, gid, ..ep() };
+        let roce = Some(LinkLayer::ETHERNET);
+        let ib = Some(LinkLayer::INFINIBAND);
+        let v4 = Gid::from_ipv4([10, 0, 0, 2]);
+        assert_eq!(at(0, v4).check_addressable(roce), Ok(()));
+        assert_eq!(
+            at(7, Gid::ZERO).check_addressable(roce),
+            Err(EndpointError::ZeroGid)
+        );
+        // On InfiniBand a zero GID with a unicast LID is the usual case.
+        assert_eq!(at(7, Gid::ZERO).check_addressable(ib), Ok(()));
+        assert_eq!(at(MAX_UNICAST_LID, v4).check_addressable(ib), Ok(()));
+        for lid in [0, MAX_UNICAST_LID + 1, 0xFFFF] {
+            assert_eq!(
+                at(lid, v4).check_addressable(ib),
+                Err(EndpointError::NotUnicastLid(lid))
+            );
+        }
+        // A port not known, or of another kind: only what no port can address.
+        for port in [None, Some(LinkLayer::UNSPECIFIED)] {
+            assert_eq!(at(0, v4).check_addressable(port), Ok(()));
+            assert_eq!(at(7, Gid::ZERO).check_addressable(port), Ok(()));
+            assert_eq!(
+                at(0, Gid::ZERO).check_addressable(port),
+                Err(EndpointError::NoAddress)
+            );
+        }
+        let said = EndpointError::NotUnicastLid(0).to_string();
+        assert!(said.contains("lid 0x0 is not unicast"), "{said}");
     }
 }

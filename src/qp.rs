@@ -5,10 +5,11 @@
 use crate::device::{GidEntry, PortAttr};
 use crate::endpoint::Endpoint;
 use crate::engine::{
-    Completion, CompletionRef, ConnectOptions, Engine, EngineConfig, Lane, PathInfo, PostError,
-    PreparedHandle, PreparedRecv, PreparedSend, QpAttributes, QpConfig, QpId, QpState,
+    Completion, CompletionRef, ConnectOptions, Engine, EngineConfig, Exposing, Lane, PathInfo,
+    PostError, PreparedHandle, PreparedRecv, PreparedSend, Provider, QpAttributes, QpConfig, QpId,
+    QpState, Verbs,
 };
-use crate::error::Error;
+use crate::error::{site, Error, ErrorKind};
 use crate::memory::{Access, ArenaBuf, ExposedBuf, HostBuf, NicBuf};
 use crate::pd::ProtectionDomain;
 use crate::sys;
@@ -22,9 +23,20 @@ use crate::wr::{RecvRequest, SendOp, SendRequest};
 /// polling take `&mut self`: one owner, no lock on the data path. For many
 /// queue pairs on one completion queue, use an [`Engine`] directly
 /// ([`QueuePair::engine_mut`] reaches this one's).
-pub struct QueuePair<B> {
-    engine: Engine<B>,
+///
+/// Its queue pair can go away behind its back: removed through
+/// [`QueuePair::engine_mut`] (`remove_qp(qp.id())`, or the whole engine
+/// replaced), or leaked with a [`Lane`] that was `mem::forget`-ten. Every
+/// call that needs it then returns a `NotFound` error saying so; none
+/// panics but [`QueuePair::endpoint`] (see there), and [`QueuePair::id`]
+/// and [`QueuePair::qp_num`] keep naming the queue pair it was made with.
+/// `P` is where its work requests go: the device, unless the crate's own
+/// tests put a simulated one there.
+pub struct QueuePair<B, P: Provider = Verbs> {
+    engine: Engine<B, P>,
     id: QpId,
+    /// The number the device gave the queue pair: its identity, like `id`.
+    qp_num: u32,
 }
 
 impl<B: NicBuf> QueuePair<B> {
@@ -56,21 +68,25 @@ impl<B: NicBuf> QueuePair<B> {
         }
         let mut engine = Engine::new(pd, &cfg)?;
         let id = engine.add_qp(config)?;
-        Ok(QueuePair { engine, id })
-    }
-
-    /// A queue pair already placed on `engine` (the connection manager's).
-    #[cfg(feature = "rdmacm")]
-    pub(crate) fn from_parts(engine: Engine<B>, id: QpId) -> QueuePair<B> {
-        QueuePair { engine, id }
+        QueuePair::from_parts(engine, id)
     }
 
     /// This side's endpoint, to send to the peer: QPN, PSN, LID, GID, MTU,
     /// and no memory (add the regions you choose to share to `regions`).
+    ///
+    /// # Panics
+    ///
+    /// If this handle's queue pair is gone (see [`QueuePair`]): the one
+    /// accessor that panics rather than return an error, because it is
+    /// the first call of every program (the primer's section 3, before
+    /// anything could take the queue pair away) and is used as a value.
+    /// Code that lends [`QueuePair::engine_mut`] to others, or forgets
+    /// lanes, asks [`Engine::endpoint`] (`qp.engine().endpoint(qp.id())`),
+    /// which returns the error instead.
     pub fn endpoint(&self) -> Endpoint {
         self.engine
             .endpoint(self.id)
-            .unwrap_or_else(|_| unreachable_own())
+            .unwrap_or_else(|_| panic!("{}", gone()))
     }
 
     /// Connects to `peer` with default transport options: INIT -> RTR -> RTS.
@@ -108,17 +124,18 @@ impl<B: NicBuf> QueuePair<B> {
     }
 
     /// The GID entry this QP uses (None on InfiniBand without GIDs).
-    pub fn gid(&self) -> Option<GidEntry> {
-        self.engine
-            .gid(self.id)
-            .unwrap_or_else(|_| unreachable_own())
+    pub fn gid(&self) -> Result<Option<GidEntry>, Error> {
+        self.engine.gid(self.id).map_err(|_| gone())
     }
 
     /// The port attributes read at creation.
-    pub fn port(&self) -> PortAttr {
-        self.engine
-            .port(self.id)
-            .unwrap_or_else(|_| unreachable_own())
+    pub fn port(&self) -> Result<PortAttr, Error> {
+        self.engine.port(self.id).map_err(|_| gone())
+    }
+
+    /// An identity to compare with [`crate::device::AsyncEvent::element`].
+    pub fn raw_id(&self) -> Result<usize, Error> {
+        self.engine.raw_id(self.id).map_err(|_| gone())
     }
 
     /// Gives the peer access to exactly `buf` (see [`Engine::expose`]).
@@ -127,8 +144,14 @@ impl<B: NicBuf> QueuePair<B> {
         buf: ArenaBuf,
         access: Access,
         tag: u64,
-    ) -> Result<ExposedBuf, (Error, ArenaBuf)> {
+    ) -> Result<Exposing, (Error, ArenaBuf)> {
         self.engine.expose(self.id, buf, access, tag)
+    }
+
+    /// The buffer `exposing` exposes, once its window's bind has completed
+    /// (see [`Engine::exposed`]).
+    pub fn exposed(&mut self, exposing: Exposing) -> Result<ExposedBuf, (Error, Exposing)> {
+        self.engine.exposed(exposing)
     }
 
     /// Polls until a request is handed back or `deadline` passes (see
@@ -147,55 +170,50 @@ impl<B: NicBuf> QueuePair<B> {
     }
 }
 
-impl<B: NicBuf> QueuePair<B> {
+impl<B: NicBuf, P: Provider> QueuePair<B, P> {
+    /// A queue pair already placed on `engine` (which holds no other).
+    pub(crate) fn from_parts(engine: Engine<B, P>, id: QpId) -> Result<QueuePair<B, P>, Error> {
+        let qp_num = engine.qp_num(id)?;
+        Ok(QueuePair { engine, id, qp_num })
+    }
+
     /// The queue pair's id on its engine.
     pub fn id(&self) -> QpId {
         self.id
     }
 
     /// The engine (this queue pair's completion queue).
-    pub fn engine(&self) -> &Engine<B> {
+    pub fn engine(&self) -> &Engine<B, P> {
         &self.engine
     }
 
     /// The engine, for what only it offers (`poll_queue`, more queue pairs).
-    pub fn engine_mut(&mut self) -> &mut Engine<B> {
+    /// Removing this handle's own queue pair from it, or replacing it,
+    /// leaves this handle with nothing to act on: its calls return errors.
+    pub fn engine_mut(&mut self) -> &mut Engine<B, P> {
         &mut self.engine
     }
 
-    /// The queue pair number.
+    /// The queue pair number: the one the device gave this handle's queue
+    /// pair at creation. Never fails: like [`QueuePair::id`], it names that
+    /// queue pair even once it is gone.
     pub fn qp_num(&self) -> u32 {
-        self.engine
-            .qp_num(self.id)
-            .unwrap_or_else(|_| unreachable_own())
+        self.qp_num
     }
 
     /// The state this handle last moved the QP to (ERR after a failed completion).
-    pub fn state(&self) -> QpState {
-        self.engine
-            .state(self.id)
-            .unwrap_or_else(|_| unreachable_own())
+    pub fn state(&self) -> Result<QpState, Error> {
+        self.engine.state(self.id).map_err(|_| gone())
     }
 
     /// What the device granted: queue depths, SGEs, inline size.
-    pub fn caps(&self) -> sys::ibv_qp_cap {
-        self.engine
-            .caps(self.id)
-            .unwrap_or_else(|_| unreachable_own())
-    }
-
-    /// An identity to compare with [`crate::device::AsyncEvent::element`].
-    pub fn raw_id(&self) -> usize {
-        self.engine
-            .raw_id(self.id)
-            .unwrap_or_else(|_| unreachable_own())
+    pub fn caps(&self) -> Result<sys::ibv_qp_cap, Error> {
+        self.engine.caps(self.id).map_err(|_| gone())
     }
 
     /// Requests in flight on the send and receive queues.
-    pub fn in_flight(&self) -> (u64, u64) {
-        self.engine
-            .in_flight(self.id)
-            .unwrap_or_else(|_| unreachable_own())
+    pub fn in_flight(&self) -> Result<(u64, u64), Error> {
+        self.engine.in_flight(self.id).map_err(|_| gone())
     }
 
     /// Posts one send-queue request (see [`Engine::post_send`]).
@@ -232,7 +250,7 @@ impl<B: NicBuf> QueuePair<B> {
 
     /// Polls once and hands back every finished request (see [`Engine::poll`]).
     #[inline]
-    pub fn poll(&mut self, on_done: impl FnMut(CompletionRef<'_, B>)) -> Result<usize, Error> {
+    pub fn poll(&mut self, on_done: impl FnMut(CompletionRef<'_, B, P>)) -> Result<usize, Error> {
         self.engine.poll(on_done)
     }
 
@@ -287,7 +305,7 @@ impl<B: NicBuf> QueuePair<B> {
         &mut self,
         send: PreparedSend,
         recv: Option<PreparedRecv>,
-    ) -> Result<Lane<'_, B>, Error> {
+    ) -> Result<Lane<'_, B, P>, Error> {
         self.engine.lane(send, recv)
     }
 
@@ -305,7 +323,7 @@ impl<B: NicBuf> QueuePair<B> {
     }
 }
 
-impl<B: HostBuf> QueuePair<B> {
+impl<B: HostBuf, P: Provider> QueuePair<B, P> {
     /// Copies into a prepared request's buffer (see [`Engine::write_prepared`]).
     #[inline(always)]
     pub fn write_prepared<H: PreparedHandle>(
@@ -329,16 +347,25 @@ impl<B: HostBuf> QueuePair<B> {
     }
 }
 
-impl<B> core::fmt::Debug for QueuePair<B> {
+impl<B, P: Provider> core::fmt::Debug for QueuePair<B, P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("QueuePair").field("id", &self.id).finish()
     }
 }
 
 /// The queue pair's own id names a live slot of its own engine unless
-/// the caller removed it through `engine_mut` or forgot a lane on it
-/// (which leaks it).
+/// the caller removed it through `engine_mut` (or replaced the engine) or
+/// forgot a lane on it (which leaks it).
 #[cold]
-fn unreachable_own() -> ! {
-    panic!("this QueuePair's queue pair is gone: removed through engine_mut(), or leaked with a forgotten Lane")
+fn gone() -> Error {
+    Error::new(
+        site!(
+            "QueuePair",
+            "this QueuePair's queue pair is gone: removed through engine_mut(), or leaked with a forgotten Lane"
+        ),
+        ErrorKind::NotFound,
+    )
 }
+
+#[cfg(test)]
+mod tests;

@@ -463,3 +463,32 @@ fn the_parser_sees_what_it_must() {
         "x(\"\") y(' ') z<'a>"
     );
 }
+
+/// The workspace's companion packages (beside the core, depending on it by
+/// path): no `unsafe` at all, and the same file length.
+#[test]
+fn the_companions_forbid_unsafe_and_keep_files_short() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for companion in ["tokio"] {
+        let src = root.join(companion).join("src");
+        let lib = std::fs::read_to_string(src.join("lib.rs")).unwrap();
+        assert!(
+            lib.contains("#![forbid(unsafe_code)]"),
+            "{companion}/src/lib.rs forbids unsafe code"
+        );
+        let mut all = Vec::new();
+        files(&src, &mut all);
+        for path in all {
+            let text = std::fs::read_to_string(&path).unwrap();
+            let n = text.lines().count();
+            assert!(n <= MAX_LINES, "{} has {n} lines", path.display());
+            assert!(
+                !code(&text)
+                    .replace("forbid(unsafe_code)", "")
+                    .contains("unsafe"),
+                "{} uses unsafe",
+                path.display()
+            );
+        }
+    }
+}

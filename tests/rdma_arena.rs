@@ -36,8 +36,9 @@ fn run(qp: &mut Qp, req: SendRequest<ArenaBuf>) -> verbs::Completion<ArenaBuf> {
 
 /// Exposes `buf` (least privilege) through `qp`, waiting for a window's bind.
 fn expose(qp: &mut Qp, buf: ArenaBuf, access: Access) -> verbs::ExposedBuf {
-    let exposed = qp.expose(buf, access, 900).map_err(|(e, _)| e).unwrap();
-    if exposed.kind() == Exposed::Window {
+    let exposing = qp.expose(buf, access, 900).map_err(|(e, _)| e).unwrap();
+    if exposing.is_binding() {
+        assert_eq!(exposing.kind(), Exposed::Window);
         wait_bind(qp);
     } else {
         assert!(
@@ -45,7 +46,7 @@ fn expose(qp: &mut Qp, buf: ArenaBuf, access: Access) -> verbs::ExposedBuf {
             "a registration only where windows are unbounded"
         );
     }
-    exposed
+    qp.exposed(exposing).map_err(|(e, _)| e).unwrap()
 }
 
 fn wait_bind(qp: &mut Qp) {

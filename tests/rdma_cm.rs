@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use verbs::cm::{self, CmConnection, CmListener};
 use verbs::{
-    Access, Deadline, ErrorKind, HostBuf, Local, MemoryRegion, RemoteSlice, SendOp, SendRequest,
+    Access, Deadline, ErrorKind, HostBuf, Local, MemoryRegion, QpState, QueuePair, RemoteSlice,
+    SendOp, SendRequest,
 };
 
 fn deadline() -> Deadline {
@@ -165,10 +166,7 @@ fn connecting_where_nobody_listens_fails_in_time_and_names_the_event() {
         .expect("nobody listens there");
     let took = t0.elapsed();
     println!("{err} after {took:?}");
-    assert!(
-        took < limit + Duration::from_secs(2),
-        "bounded by the deadline: {took:?}"
-    );
+    assert!(took < limit * 2, "bounded by the deadline: {took:?}");
     match err.kind() {
         ErrorKind::CmEvent => {
             let (event, _status) = err.cm_event().unwrap();
@@ -208,4 +206,114 @@ fn region_lists_round_trip_through_private_data() {
     assert_eq!(cm::decode_regions(&padded).unwrap(), regions);
     assert!(cm::decode_regions(&data[..10]).is_err());
     assert!(cm::decode_regions(&[]).is_err());
+}
+
+/// A listener on the device's address at `port` whose thread accepts `n`
+/// connections and waits until each sees DISCONNECTED.
+fn serve(test: &str, port: u16, n: usize) -> (SocketAddr, std::thread::JoinHandle<()>) {
+    let ctx = support::test_context(test);
+    let addr = SocketAddr::new(IpAddr::V4(support::device_ipv4(&ctx)), port);
+    let listener = CmListener::bind(addr).expect("rdma_bind_addr + rdma_listen");
+    let server = std::thread::spawn(move || {
+        let mut conns: Vec<CmConnection<MemoryRegion>> = (0..n)
+            .map(|_| {
+                listener
+                    .accept(&support::config(), b"", deadline())
+                    .unwrap()
+            })
+            .collect();
+        for conn in &mut conns {
+            conn.wait_disconnected(deadline())
+                .expect("every client's id disconnects, whoever ends it");
+        }
+    });
+    (addr, server)
+}
+
+fn dial(addr: SocketAddr) -> CmConnection<MemoryRegion> {
+    cm::connect(addr, &support::config(), b"", deadline()).expect("rdma_cm connect")
+}
+
+/// Audit finding 7, a hostile caller swapping two connections' queue pairs
+/// (`mem::swap(&mut *a, &mut *b)`, which `DerefMut` allows): `disconnect`
+/// moves the queue pair the connection holds to ERR on the device and
+/// records it on that same queue pair. The other connection's queue pair
+/// stays RTS, on the device and in its bookkeeping.
+#[test]
+fn disconnect_moves_the_queue_pair_the_connection_holds() {
+    let (addr, server) = serve("rdma_cm swapped queue pairs", 20888, 2);
+    let (mut a, mut b) = (dial(addr), dial(addr));
+    core::mem::swap(&mut *a, &mut *b);
+    a.disconnect().unwrap();
+    let device = |c: &CmConnection<MemoryRegion>| c.query().unwrap().state;
+    assert_eq!(
+        (device(&a), a.state().unwrap()),
+        (QpState::ERR, QpState::ERR),
+        "the disconnected connection's queue pair, on the device and recorded"
+    );
+    assert_eq!(
+        (device(&b), b.state().unwrap()),
+        (QpState::RTS, QpState::RTS),
+        "the other connection's queue pair, untouched"
+    );
+    drop((a, b));
+    server.join().unwrap();
+}
+
+/// Audit finding 1, a hostile caller moving a connection's queue pair out
+/// (`mem::replace(&mut *conn, other)`) to another thread: the connection
+/// left behind, its `disconnect` and its drop, never reach that queue pair
+/// (they would read the id's pointer to it while the other thread may be
+/// destroying it). The queue pair stays RTS where it went, and its own
+/// drop there tears it down (and the peer sees DISCONNECTED when its id
+/// goes).
+#[test]
+fn a_queue_pair_moved_to_another_thread_is_left_alone_by_its_old_connection() {
+    let (addr, server) = serve("rdma_cm queue pair on another thread", 20889, 1);
+    let mut conn = dial(addr);
+    let plain = QueuePair::new(conn.pd(), &support::config()).unwrap();
+    let moved = core::mem::replace(&mut *conn, plain);
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let owner = std::thread::spawn(move || {
+        wait.recv().unwrap();
+        let seen = (moved.query().unwrap().state, moved.state().unwrap());
+        drop(moved);
+        seen
+    });
+    let _ = conn.disconnect(); // whatever it says, it must not reach `moved`
+    drop(conn);
+    go.send(()).unwrap();
+    assert_eq!(
+        owner.join().unwrap(),
+        (QpState::RTS, QpState::RTS),
+        "the old connection's disconnect reached a queue pair another thread owns"
+    );
+    server.join().unwrap();
+}
+
+/// Finding 1's race itself, run a few times: the moved queue pair is
+/// dropped on its thread while its old connection disconnects and drops
+/// on this one. Nothing to assert but that nothing crashes: the
+/// connection reaches only what it holds, and a queue pair's drop clears
+/// the id's pointer before destroying it.
+#[test]
+fn a_moved_queue_pair_dropped_while_its_old_connection_disconnects() {
+    const ROUNDS: usize = 4;
+    let (addr, server) = serve("rdma_cm drop race", 20890, ROUNDS);
+    for _ in 0..ROUNDS {
+        let mut conn = dial(addr);
+        let plain = QueuePair::new(conn.pd(), &support::config()).unwrap();
+        let moved = core::mem::replace(&mut *conn, plain);
+        let start = std::sync::Arc::new(std::sync::Barrier::new(2));
+        let go = start.clone();
+        let owner = std::thread::spawn(move || {
+            go.wait();
+            drop(moved);
+        });
+        start.wait();
+        let _ = conn.disconnect();
+        drop(conn);
+        owner.join().unwrap();
+    }
+    server.join().unwrap();
 }

@@ -282,7 +282,7 @@ fn misuse_is_refused_with_a_typed_error() {
         ..support::config()
     };
     let (mut x, _y): (Qp, Qp) = support::connected_pair_with(&pd, &small, &Default::default());
-    let depth = x.caps().max_send_wr;
+    let depth = x.caps().unwrap().max_send_wr;
     let word = RemoteSlice::new(&target.remote().unwrap(), 0, 8).unwrap();
     let mut refused = None;
     for i in 0..=depth {
@@ -296,7 +296,7 @@ fn misuse_is_refused_with_a_typed_error() {
         ErrorKind::QueueFull
     );
     let mut n = 0;
-    while x.in_flight().0 > 0 {
+    while x.in_flight().unwrap().0 > 0 {
         x.wait(support::deadline(), |c| {
             c.result().unwrap();
             n += 1;

@@ -3,6 +3,7 @@
 
 mod support;
 
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use verbs::{
@@ -53,9 +54,11 @@ fn a_waiting_thread_sleeps_and_wakes_on_a_completion() {
         .unwrap();
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let waiter = std::thread::spawn(move || {
-        ready_tx.send(()).unwrap();
+        // Taken before the main thread starts its sleep: the wait below
+        // cannot end before that sleep does.
         let cpu0 = thread_cpu();
         let t0 = std::time::Instant::now();
+        ready_tx.send(()).unwrap();
         let mut got = None;
         b.wait(Deadline::after(Duration::from_secs(30)), |c| {
             got = Some(c.into_owned())
@@ -75,7 +78,7 @@ fn a_waiting_thread_sleeps_and_wakes_on_a_completion() {
     let (cpu, wall, ok) = waiter.join().unwrap();
     assert!(ok, "the completion that woke it succeeded");
     assert!(
-        wall >= Duration::from_millis(1400),
+        wall >= Duration::from_millis(1500),
         "it really waited: {wall:?}"
     );
     assert!(
@@ -135,7 +138,7 @@ fn no_completion_is_lost_across_ten_thousand_wake_ups() {
             std::thread::sleep(Duration::from_micros(200)); // let the receiver sleep between bursts
         }
     }
-    while a.in_flight().0 > 0 {
+    while a.in_flight().unwrap().0 > 0 {
         a.wait(support::deadline(), |c| c.result().unwrap())
             .unwrap();
     }
@@ -182,4 +185,69 @@ fn solicited_only_wakes_on_the_solicited_send() {
     })
     .unwrap();
     assert!(n >= 1);
+}
+
+/// Whether `fd` is readable within `ms` (what an event loop's epoll sees).
+fn readable(fd: i32, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 }
+}
+
+#[test]
+fn take_events_consumes_what_the_channel_holds_without_sleeping() {
+    let (pd, mut a, mut b) = event_pair("take_events_without_sleeping");
+    let fd = a.engine().event_fd().unwrap();
+    // Nothing armed, nothing pending: no event, and no wait for one.
+    assert!(!a.engine().take_events().unwrap());
+    a.engine().arm(false).unwrap();
+    assert!(!readable(fd, 0), "armed, nothing completed yet");
+    b.post_recv(RecvRequest::new(MemoryRegion::new(&pd, 64).unwrap()))
+        .map_err(|e| e.error)
+        .unwrap();
+    a.post_inline(SendOp::Send, b"x", 7, true).unwrap();
+    // The completion makes the descriptor readable (an event loop's cue).
+    assert!(readable(fd, 20_000), "the armed completion raised an event");
+    let own = a.engine().dup_event_fd().unwrap().expect("a channel");
+    assert_ne!(own.as_raw_fd(), fd, "a descriptor of its own");
+    assert!(
+        readable(own.as_raw_fd(), 0),
+        "the same open file: readable too"
+    );
+    assert!(a.engine().take_events().unwrap(), "the event is this CQ's");
+    assert!(!readable(own.as_raw_fd(), 0), "and quiet once taken");
+    assert!(!readable(fd, 0), "taken: the descriptor is quiet again");
+    assert!(!a.engine().take_events().unwrap(), "nothing left to take");
+    a.wait_one(support::deadline()).unwrap().result().unwrap();
+    // Many events, taken in one call each, acknowledged in batches: the
+    // engine drops (ibv_destroy_cq waits for every event's ack) cleanly.
+    for i in 0..100u64 {
+        a.engine().arm(false).unwrap();
+        b.post_recv(RecvRequest::new(MemoryRegion::new(&pd, 64).unwrap()))
+            .map_err(|e| e.error)
+            .unwrap();
+        a.post_inline(SendOp::Send, b"x", i, true).unwrap();
+        assert!(readable(fd, 20_000));
+        assert!(a.engine().take_events().unwrap());
+        a.wait_one(support::deadline()).unwrap().result().unwrap();
+    }
+    // A receive's buffer drained so b drops with nothing in flight.
+    while b.in_flight().unwrap().1 > 0 {
+        b.wait(support::deadline(), |c| c.result().unwrap())
+            .unwrap();
+    }
+}
+
+#[test]
+fn take_events_is_refused_without_a_channel() {
+    let ctx = support::test_context("take_events_refused_without_channel");
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let qp = Qp::new(&pd, &support::config()).unwrap();
+    let e = qp.engine().take_events().unwrap_err();
+    assert_eq!(e.kind(), verbs::ErrorKind::InvalidArgument, "{e}");
+    assert!(qp.engine().dup_event_fd().unwrap().is_none());
 }

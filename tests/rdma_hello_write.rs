@@ -2,191 +2,29 @@
 //! run as a user would, in one process (loopback) and against an independent
 //! C implementation of the primer's programs (tests/fixtures/tutorial_peer.c)
 //! in both roles, over the primer's 36-byte wire format, and as a server
-//! that keeps serving after hostile clients.
+//! that keeps serving after hostile clients; and `examples/transfer`'s
+//! server under the same kind of probes (its front door).
 //!
-//! The example binary is the one `cargo test` (without a target filter) or
-//! `cargo build --example hello_write` leaves in `target/<profile>/examples`;
-//! this test only runs it. The C peer is compiled with `cc ... -libverbs`
+//! The example binaries are those `cargo test` (without a target filter) or
+//! `cargo build --examples` leaves in `target/<profile>/examples`;
+//! this test only runs them. The C peer is compiled with `cc ... -libverbs`
 //! into a directory under /tmp when a test needs it.
 
+#[path = "support/children.rs"]
+mod children;
 mod support;
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::thread::JoinHandle;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// Every child must be done by then (a TCG guest is slow; the programs'
-/// own waits are at most 60 s).
-const CHILD_LIMIT: Duration = Duration::from_secs(150);
-/// Once one side has failed, how long the other may still take.
-const GRACE: Duration = Duration::from_secs(15);
-/// How often a running child is looked at.
-const POLL: Duration = Duration::from_millis(20);
+use children::{finish, require_line, require_success, Running, CHILD_LIMIT, POLL};
 
-/// What a finished (or stopped) child left behind.
-struct Outcome {
-    name: String,
-    status: Option<ExitStatus>,
-    /// Why it was killed, if it was.
-    killed: Option<&'static str>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Outcome {
-    fn ok(&self) -> bool {
-        self.status.is_some_and(|s| s.success())
-    }
-}
-
-impl std::fmt::Display for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let how = match (self.killed, self.status) {
-            (Some(why), _) => format!("killed: {why}"),
-            (None, Some(s)) => s.to_string(),
-            (None, None) => "killed".to_string(),
-        };
-        writeln!(f, "----- {} ({how}) stdout:", self.name)?;
-        write!(f, "{}", self.stdout)?;
-        writeln!(f, "----- {} stderr:", self.name)?;
-        write!(f, "{}", self.stderr)
-    }
-}
-
-/// A child with its output drained by two threads (so a full pipe never
-/// blocks it). Killed on drop unless it was waited for.
-struct Running {
-    name: String,
-    child: Child,
-    status: Option<ExitStatus>,
-    killed: Option<&'static str>,
-    readers: Option<(JoinHandle<String>, JoinHandle<String>)>,
-}
-
-impl Running {
-    fn spawn(name: &str, cmd: &mut Command) -> Running {
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"));
-        let out = drain(child.stdout.take().expect("piped"));
-        let err = drain(child.stderr.take().expect("piped"));
-        Running {
-            name: name.to_string(),
-            child,
-            status: None,
-            killed: None,
-            readers: Some((out, err)),
-        }
-    }
-
-    /// True once the child has exited.
-    fn exited(&mut self) -> bool {
-        if self.status.is_none() {
-            self.status = self.child.try_wait().expect("try_wait");
-        }
-        self.status.is_some()
-    }
-
-    fn stop(&mut self, why: &'static str) {
-        if !self.exited() {
-            self.killed = Some(why);
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-
-    fn outcome(mut self) -> Outcome {
-        let (out, err) = self.readers.take().expect("collected once");
-        Outcome {
-            name: self.name.clone(),
-            status: self.status,
-            killed: self.killed,
-            stdout: out.join().unwrap_or_default(),
-            stderr: err.join().unwrap_or_default(),
-        }
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if self.status.is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-    }
-}
-
-fn drain(mut pipe: impl Read + Send + 'static) -> JoinHandle<String> {
-    std::thread::spawn(move || {
-        let mut bytes = Vec::new();
-        let _ = pipe.read_to_end(&mut bytes);
-        String::from_utf8_lossy(&bytes).into_owned()
-    })
-}
-
-/// Waits for all children: each must exit within [`CHILD_LIMIT`]; once one
-/// has failed the others get [`GRACE`], then whatever still runs is killed.
-fn finish(mut children: Vec<Running>) -> Vec<Outcome> {
-    let mut until = Instant::now() + CHILD_LIMIT;
-    let mut why = "time limit";
-    let mut failed = false;
-    loop {
-        let mut running = 0;
-        for c in &mut children {
-            if !c.exited() {
-                running += 1;
-            } else if !failed && !c.status.is_some_and(|s| s.success()) {
-                failed = true;
-                until = until.min(Instant::now() + GRACE);
-                why = "still running after the other side failed";
-            }
-        }
-        if running == 0 {
-            break;
-        }
-        if Instant::now() >= until {
-            children.iter_mut().for_each(|c| c.stop(why));
-            break;
-        }
-        std::thread::sleep(POLL);
-    }
-    children.into_iter().map(Running::outcome).collect()
-}
-
-/// Panics with every side's output unless all exited 0; prints it anyway
-/// (shown with `--nocapture`).
-fn require_success(what: &str, outcomes: &[Outcome]) {
-    let all: String = outcomes.iter().map(|o| o.to_string()).collect();
-    println!("{what}:\n{all}");
-    let bad: Vec<&str> = outcomes
-        .iter()
-        .filter(|o| !o.ok())
-        .map(|o| o.name.as_str())
-        .collect();
-    assert!(bad.is_empty(), "{what}: {bad:?} failed\n{all}");
-}
-
-/// Panics (with every side's output) unless one line of `o`'s stdout
-/// contains all of `needles`.
-fn require_line(what: &str, o: &Outcome, needles: &[&str], all: &[Outcome]) {
-    if !o
-        .stdout
-        .lines()
-        .any(|l| needles.iter().all(|n| l.contains(n)))
-    {
-        let all: String = all.iter().map(|o| o.to_string()).collect();
-        panic!(
-            "{what}: {}'s stdout has no line containing all of {needles:?}\n{all}",
-            o.name
-        );
-    }
-}
+use verbs::exchange::{self, Session};
+use verbs::wire::tutorial::{ConnInfo, CONN_INFO_LEN};
+use verbs::{Deadline, Endpoint, Gid, Mtu, RemoteRegion};
 
 const BEFORE: &[&str] = &["[server] before:  '(initial server memory)'"];
 /// The server, only sleeping, printing what the client wrote into its memory.
@@ -202,6 +40,61 @@ fn device_and_gid(test: &str) -> (String, u32) {
     let index = verbs::device::choose_gid_index(&table)
         .unwrap_or_else(|| panic!("no usable GID on {}: {table:?}", ctx.name()));
     (ctx.name().to_string(), index)
+}
+
+/// What a plausible client on the device under test presents: its GID
+/// (so the server's port can address it) and a QPN nobody has.
+fn plausible_endpoint(test: &str, qpn: u32) -> Endpoint {
+    let ctx = support::test_context(test);
+    let table = ctx.gid_table(1).expect("read port 1's GID table");
+    let gid: Gid = verbs::device::choose_gid(&table).expect("a usable GID").gid;
+    Endpoint {
+        qpn,
+        psn: 0,
+        lid: 0,
+        gid,
+        mtu: Mtu::MTU_1024,
+        regions: vec![RemoteRegion {
+            addr: 0x10_0000,
+            len: 4096,
+            rkey: 0x1234,
+        }],
+    }
+}
+
+/// Clients that present a valid hello and then stall, holding their
+/// connections: on our wire one that never answers the server's first
+/// sync, and one that answers it (the server then watches its memory for
+/// a write that never comes) and never says it has read back; on the
+/// primer's wire one that sends its `conn_info` and nothing more.
+fn stalled_clients(addr: SocketAddr, wire: &[&str], ep: &Endpoint) -> Vec<Box<dyn Send>> {
+    let deadline = || Deadline::after(Duration::from_secs(60));
+    if wire.is_empty() {
+        let mut held: Vec<Box<dyn Send>> = Vec::new();
+        for syncs in [false, true] {
+            let (mut session, _) = exchange::connect_and_exchange(addr, ep, None, deadline())
+                .expect("a valid hello is answered");
+            if syncs {
+                session.sync(deadline()).expect("the server's first sync");
+            }
+            held.push(Box::new(session));
+        }
+        return held;
+    }
+    let mut session: Session = exchange::connect(addr, deadline()).expect("connect");
+    let mut theirs = [0u8; CONN_INFO_LEN];
+    let stream = session.stream_mut();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    stream
+        .read_exact(&mut theirs)
+        .expect("the server's conn_info");
+    let ours = ConnInfo::from_endpoint(ep).expect("a valid conn_info");
+    stream
+        .write_all(&ours.to_bytes())
+        .expect("send our conn_info");
+    vec![Box::new(session)]
 }
 
 /// A directory under /tmp, removed on drop.
@@ -368,12 +261,15 @@ fn connect_when_listening(port: &str, server: &mut Running) -> TcpStream {
 
 /// `hello_write server` (both wires) keeps serving: a port scan, garbage,
 /// a health check and a client that connects and says nothing are
-/// dropped, and two real clients after them (the first while
-/// the silent one still holds its connection) write into its memory and
-/// read back; the server is still running at the end.
+/// dropped, and two real clients after them (while the silent one, and
+/// clients that sent a valid hello and then stalled, still hold their
+/// connections) write into its memory and read back; the server is still
+/// running at the end.
 #[test]
 fn our_server_survives_probes_and_serves_the_next_client() {
-    let (dev, _) = device_and_gid("hello_write server under probes");
+    let test = "hello_write server under probes";
+    let (dev, _) = device_and_gid(test);
+    let ep = plausible_endpoint(test, 0x4242);
     let example = support::example("hello_write");
     for wire in [&[][..], &["--wire", "tutorial"][..]] {
         let port = free_port().to_string();
@@ -396,6 +292,10 @@ fn our_server_survives_probes_and_serves_the_next_client() {
         }
         // Silent, held open while the real clients run.
         let silent = connect_when_listening(&port, &mut server);
+        // Valid hellos, then nothing: also held while the real clients run,
+        // each of whom must not wait its turn behind them.
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let stalled = stalled_clients(addr, wire, &ep);
         let mut outcomes = Vec::new();
         for i in 0..2 {
             let client = Running::spawn(
@@ -407,6 +307,7 @@ fn our_server_survives_probes_and_serves_the_next_client() {
             outcomes.extend(finish(vec![client]));
         }
         drop(silent);
+        drop(stalled);
         // The server prints what its memory holds 0.2 s into a client's
         // story; give the second client's line time to come out.
         std::thread::sleep(Duration::from_secs(2));
@@ -423,10 +324,7 @@ fn our_server_survives_probes_and_serves_the_next_client() {
         let server = &outcomes[2].stdout;
         let dropped = server
             .lines()
-            .filter(|l| {
-                l.starts_with("[server] dropped ")
-                    || (l.ends_with("; serving the next client") && !l.contains(": done;"))
-            })
+            .filter(|l| l.starts_with("[server] dropped "))
             .count();
         // At least the garbage and the health check (a port scan and a
         // silent client may still be pending, or end without a line).
@@ -448,4 +346,136 @@ fn our_server_survives_probes_and_serves_the_next_client() {
             );
         }
     }
+}
+
+/// A frame of `examples/transfer`'s control protocol: a command byte and
+/// two little-endian words.
+fn transfer_frame(cmd: u8, a: u64, b: u64) -> Vec<u8> {
+    let mut frame = vec![cmd];
+    frame.extend_from_slice(&a.to_le_bytes());
+    frame.extend_from_slice(&b.to_le_bytes());
+    frame
+}
+
+/// A client's first hello to `examples/transfer`'s server with the setup
+/// riding behind it: `mib` MiB on `planes` planes, one queue pair each,
+/// written in 256 KiB chunks.
+fn transfer_hello(ep: &Endpoint, mib: u64, planes: u64) -> Vec<u8> {
+    let hello = verbs::wire::Message::hello(ep.clone(), None);
+    let mut bytes = verbs::wire::encode(&hello).expect("a valid hello");
+    bytes.extend(transfer_frame(b'S', mib << 20, planes << 32 | 1));
+    bytes.extend(transfer_frame(b'S', 0, 256 << 10));
+    bytes
+}
+
+/// Sends `bytes` to the server at `addr` and returns what it sent back
+/// before it closed: nothing, from a front door that refused us.
+fn refused_with_nothing(addr: SocketAddr, bytes: &[u8]) -> usize {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    let _ = s.write_all(bytes);
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => got.len(),
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => got.len(),
+        Err(e) => panic!("the server neither answered nor closed: {e}"),
+    }
+}
+
+/// `transfer server` is a front door: a port scan, garbage, a hello with
+/// an all-zero GID, setups over its `--max-mib` or naming more planes
+/// than it has, and a flood of silent connections are each dropped
+/// without a byte of reply (nothing registered for them), while a client
+/// that was admitted and stalls holds only its own slot; two real
+/// transfers after them are served and verified, and the server is still
+/// running at the end.
+#[test]
+fn transfer_server_survives_probes_and_serves_the_next_client() {
+    let test = "transfer server under probes";
+    let (dev, _) = device_and_gid(test);
+    let ep = plausible_endpoint(test, 0x4343);
+    let transfer = support::example("transfer");
+    let port = free_port().to_string();
+    let mut server = Running::spawn(
+        "transfer server",
+        Command::new(&transfer)
+            .args(["server", "--port", &port, "--devs", &dev])
+            .args(["--max-mib", "8", "--max-clients", "2"]),
+    );
+    drop(connect_when_listening(&port, &mut server)); // a port scan
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let zero_gid = Endpoint {
+        gid: Gid::ZERO,
+        ..ep.clone()
+    };
+    #[rustfmt::skip]
+    let probes: [(&str, Vec<u8>); 4] = [
+        ("garbage", vec![0xff; 64]),
+        ("an all-zero GID", transfer_hello(&zero_gid, 4, 1)),
+        ("768 MiB", transfer_hello(&ep, 768, 1)),
+        ("9 planes", transfer_hello(&ep, 4, 9)),
+    ];
+    for (what, bytes) in &probes {
+        assert_eq!(refused_with_nothing(addr, bytes), 0, "{what} was answered");
+    }
+    let silent: Vec<TcpStream> = (0..20)
+        .map(|_| TcpStream::connect(addr).expect("connect"))
+        .collect();
+    // Admitted, its 4 MiB registered and the reply read, then nothing.
+    let mut stalled = TcpStream::connect(addr).expect("connect");
+    stalled.write_all(&transfer_hello(&ep, 4, 1)).unwrap();
+    stalled
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut reply = [0u8; verbs::wire::HEADER_LEN];
+    stalled
+        .read_exact(&mut reply)
+        .expect("an admitted client is answered");
+    let mut outcomes = Vec::new();
+    for i in 0..2 {
+        let client = Running::spawn(
+            &format!("transfer client {i}"),
+            Command::new(&transfer)
+                .args(["client", "127.0.0.1", "--port", &port, "--devs", &dev])
+                .args(["--planes", "1", "--qps", "2", "--mib", "4"]),
+        );
+        outcomes.extend(finish(vec![client]));
+    }
+    drop((silent, stalled));
+    assert!(!server.exited(), "the transfer server exited");
+    server.stop("the test is done with it");
+    outcomes.push(server.outcome());
+    let what = "transfer server under probes";
+    require_success(what, &outcomes[..2]);
+    for client in &outcomes[..2] {
+        require_line(
+            what,
+            client,
+            &["checksum client=", " match, 0 chunks differ"],
+            &outcomes,
+        );
+    }
+    let server = &outcomes[2];
+    // Each probe in one line, the oversized ask refused before any memory.
+    for needles in [
+        &["server: dropped ", "bad magic"][..],
+        &[
+            "server: dropped ",
+            "no queue pair on this port can reach",
+            "gid is zero",
+        ],
+        &[
+            "server: dropped ",
+            "refused its setup: 805306368 bytes, at most 8 MiB",
+        ],
+        &["server: dropped ", "refused its setup: 9 planes"],
+        &["server: ", ": done, checksums match"],
+    ] {
+        require_line(what, server, needles, &outcomes);
+    }
+    assert!(
+        !server.stdout.contains("768 MiB each"),
+        "{what}: the oversized client got memory\n{}",
+        server.stdout
+    );
 }

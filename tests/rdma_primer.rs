@@ -191,7 +191,7 @@ fn uc_refuses_read_and_atomics_before_posting() {
             ErrorKind::Unsupported
         );
     }
-    assert_eq!(a.in_flight(), (0, 0), "nothing reached the device");
+    assert_eq!(a.in_flight().unwrap(), (0, 0), "nothing reached the device");
     assert_eq!(landed(&target, 0, 8), [0; 8]);
 }
 
@@ -330,7 +330,7 @@ fn a_send_without_a_receive_waits_by_default_and_completes_once_one_is_posted() 
     // No completion and no error while the peer has no receive ...
     let pending = a.wait_one(Deadline::after(PENDING_FOR));
     assert_eq!(pending.unwrap_err().kind(), ErrorKind::TimedOut);
-    assert_eq!(a.in_flight().0, 1, "the Send is still the queue's");
+    assert_eq!(a.in_flight().unwrap().0, 1, "the Send is still the queue's");
     // ... only the port's RNR counter shows the peer turning it away.
     if support::is_soft_roce(&ctx) {
         let (before, now) = (naks_before.unwrap(), rnr_naks_received(&ctx).unwrap());
@@ -369,8 +369,8 @@ fn hop_limit_and_traffic_class_reach_the_queue_pair_and_carry_a_write() {
         for qp in [&a, &b] {
             let attrs = qp.query().unwrap();
             // RoCE carries the IP route's hop limit, InfiniBand the one asked for.
-            let in_effect = match qp.port().link_layer() {
-                LinkLayer::ETHERNET => support::route_hop_limit(&qp.gid().unwrap()),
+            let in_effect = match qp.port().unwrap().link_layer() {
+                LinkLayer::ETHERNET => support::route_hop_limit(&qp.gid().unwrap().unwrap()),
                 _ => hop_limit,
             };
             assert_eq!(

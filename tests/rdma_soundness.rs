@@ -122,11 +122,11 @@ fn an_exposed_buffer_grants_nothing_beyond_itself_on_any_device() {
     let (mut a, mut b): (QueuePair<ArenaBuf>, QueuePair<ArenaBuf>) = support::connected_pair(&pd);
     let mut private = memory.alloc(4096).unwrap();
     private.as_mut_slice().unwrap().fill(0x11);
-    let exposed = b
+    let exposing = b
         .expose(memory.alloc(4096).unwrap(), Access::REMOTE_WRITE, 9)
         .map_err(|(e, _)| e)
         .unwrap();
-    if exposed.kind() == Exposed::Window {
+    if exposing.kind() == Exposed::Window {
         assert!(
             ctx.windows_enforce_bounds().unwrap(),
             "windows only where bounded"
@@ -138,6 +138,7 @@ fn an_exposed_buffer_grants_nothing_beyond_itself_on_any_device() {
             "Soft-RoCE gets a registration"
         );
     }
+    let exposed = b.exposed(exposing).map_err(|(e, _)| e).unwrap();
     let rkey = exposed.remote().rkey;
     let mut src = memory.alloc(64).unwrap();
     src.write_at(0, &[0xAB; 64]).unwrap();
@@ -155,6 +156,70 @@ fn an_exposed_buffer_grants_nothing_beyond_itself_on_any_device() {
         private.as_mut_slice().unwrap().iter().all(|&x| x == 0x11),
         "the live slice is intact"
     );
+}
+
+/// Audit finding 2: `expose` returned the `ExposedBuf` before its window's
+/// bind completed, so dropping or revoking it deallocated the window and
+/// gave the buffer back to the arena while the bind could still be queued.
+/// Now `expose` gives an `Exposing`, and the buffer (with its descriptor)
+/// comes out of `exposed` only once the grant is in place: at once for a
+/// registration (Soft-RoCE, which never binds), after the bind's
+/// completion for a window (refused before it, the value back). The
+/// engine simulation holds the window case to it on the host
+/// (`engine::sim::binds`). An `Exposing` dropped unclaimed frees nothing
+/// the device may use: a registration's buffer comes back at once.
+#[test]
+fn an_exposed_buffer_comes_out_only_once_its_grant_is_in_place() {
+    let ctx = support::test_context("an_exposed_buffer_comes_out_only_once_its_grant_is_in_place");
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let mut memory = arena(&pd, true);
+    let (mut a, mut b): (QueuePair<ArenaBuf>, QueuePair<ArenaBuf>) = support::connected_pair(&pd);
+    let exposing = b
+        .expose(memory.alloc(4096).unwrap(), Access::REMOTE_WRITE, 31)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let exposing = if exposing.is_binding() {
+        let (e, exposing) = b.exposed(exposing).unwrap_err();
+        assert_eq!(
+            e.kind(),
+            ErrorKind::BadState,
+            "before the bind's completion: {e}"
+        );
+        let c = b.wait_one(support::deadline()).unwrap();
+        assert_eq!((c.tag, c.opcode), (31, verbs::WcOpcode::BIND_MW));
+        exposing
+    } else {
+        assert_eq!(exposing.kind(), Exposed::Registration);
+        assert!(!ctx.windows_enforce_bounds().unwrap());
+        exposing
+    };
+    let exposed = b.exposed(exposing).map_err(|(e, _)| e).unwrap();
+    let mut src = memory.alloc(64).unwrap();
+    src.write_at(0, b"granted").unwrap();
+    let dst = RemoteSlice::new(&exposed.remote(), 0, 7).unwrap();
+    let src = Local::range(src, 0, 7).unwrap();
+    a.post_send(SendRequest::new(SendOp::Write(dst), src))
+        .map_err(|e| e.error)
+        .unwrap();
+    a.wait_one(support::deadline()).unwrap().result().unwrap();
+    let mut got = [0u8; 7];
+    exposed.read_at(0, &mut got).unwrap();
+    assert_eq!(&got, b"granted");
+    drop(exposed.revoke().unwrap());
+    let held = memory.stats().alloc_count;
+    let unclaimed = b
+        .expose(memory.alloc(64).unwrap(), Access::REMOTE_READ, 32)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let binding = unclaimed.is_binding();
+    drop(unclaimed);
+    if !binding {
+        assert_eq!(
+            memory.stats().alloc_count,
+            held,
+            "a registration's buffer is back"
+        );
+    }
 }
 
 /// Hole 3: a queue pair swapped out of an rdma_cm connection was destroyed
@@ -290,7 +355,7 @@ fn partial_chains_never_wedge_the_send_queue() {
             "nothing was posted: both stay with the caller"
         );
     }
-    assert_eq!(a.in_flight(), (0, 0));
+    assert_eq!(a.in_flight().unwrap(), (0, 0));
     // Unsignaled requests up to the depth still drain: the engine signals
     // one by itself before they could fill the queue.
     let mut back = 0;
@@ -310,7 +375,7 @@ fn partial_chains_never_wedge_the_send_queue() {
             }
         }
     }
-    while a.in_flight().0 > 0 {
+    while a.in_flight().unwrap().0 > 0 {
         a.wait(support::deadline(), |_| back += 1)
             .expect("the queue drains");
     }

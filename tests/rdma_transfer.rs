@@ -5,19 +5,20 @@
 //! chunks re-sprayed, the path reset, probed and re-admitted), byte-exact
 //! when live paths are failed again and again while their requests are
 //! still landing (what a watchdog misled by a starved host does), Reads
-//! as well as Writes, and every path's flow label and traffic class read
-//! back from the device.
+//! as well as Writes, every path's flow label and traffic class read
+//! back from the device, and a reset that outruns the device's flushes
+//! handing nothing back as done.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
 use verbs::transfer::{
-    PathOptions, PathState, PeerControl, Plane, Transfer, TransferConfig, TransferOp,
+    PathOptions, PathState, PeerControl, Plane, PlaneEngine, Transfer, TransferConfig, TransferOp,
 };
 use verbs::{
-    Access, Arena, ArenaBuf, ArenaConfig, Deadline, Endpoint, Engine, EngineConfig, HostBuf,
-    MemoryRegion, ProtectionDomain, QpConfig, QpId,
+    Access, Arena, ArenaBuf, ArenaConfig, Deadline, Endpoint, Engine, EngineConfig, HostBuf, Local,
+    MemoryRegion, ProtectionDomain, QpConfig, QpId, RemoteSlice, SendOp, SendRequest, WcStatus,
 };
 
 const PLANES: usize = 2;
@@ -132,7 +133,7 @@ fn bed(test: &str, op: TransferOp) -> Bed {
                 Some(buf)
             })
             .collect();
-        let mut engine = Engine::new(&pd, &EngineConfig::default()).unwrap();
+        let mut engine = PlaneEngine::new(&pd, &EngineConfig::default()).unwrap();
         let mut peer = Engine::new(&peer_pd, &EngineConfig::default()).unwrap();
         for _ in 0..QPS {
             let index = paths.len();
@@ -356,4 +357,42 @@ fn live_paths_failed_mid_write_cost_no_bytes() {
 #[test]
 fn live_paths_failed_mid_read_cost_no_bytes() {
     live_failures("transfer live failures read", TransferOp::Read);
+}
+
+/// What a transfer's integrity rests on, on the device: a reset that
+/// outruns the device's flushes (on a starved guest rxe flushes from a task
+/// that may not run for 100 ms; here the reset is given no time at all)
+/// hands back every request the queue pair held as flushed, never as
+/// done. The peer's queue pair is back in INIT, so none of the four
+/// Writes can have landed. Before the engine did this, it handed back all
+/// but the newest as successful: the drill's loss case, its watchdog
+/// resetting paths on a starved host, marked chunks done that never
+/// landed (FAULTS.md, "Integrity").
+#[test]
+fn a_reset_that_outruns_the_device_hands_nothing_back_as_done() {
+    let (pd, mut a, mut b) = support::pd_and_pair::<MemoryRegion>("transfer reset outruns flush");
+    let region = support::remote_region(&pd, 4 * CHUNK as usize);
+    let remote = region.remote().unwrap();
+    b.reset(support::deadline(), |_| {}).unwrap();
+    for k in 0..4u64 {
+        let dst = RemoteSlice::new(&remote, k * CHUNK, CHUNK).unwrap();
+        let mut buf = MemoryRegion::new(&pd, CHUNK as usize).unwrap();
+        buf.write_at(0, &support::pattern(k, CHUNK as usize))
+            .unwrap();
+        let req = SendRequest::new(SendOp::Write(dst), Local::whole(buf)).tag(k);
+        a.post_send(req).map_err(|e| e.error).unwrap();
+    }
+    let mut got = Vec::new();
+    a.reset(Deadline::after(Duration::ZERO), |c| {
+        got.push((c.tag(), c.status()))
+    })
+    .unwrap();
+    let flushed = WcStatus::WR_FLUSH_ERR;
+    assert_eq!(
+        got,
+        [(0, flushed), (1, flushed), (2, flushed), (3, flushed)]
+    );
+    let mut landed = vec![0u8; 4 * CHUNK as usize];
+    region.read_at(0, &mut landed).unwrap();
+    assert!(landed.iter().all(|&b| b == 0), "nothing landed");
 }

@@ -176,7 +176,7 @@ fn inline_writes_need_no_buffer_and_respect_the_granted_size() {
     let (pd, mut a, _b) = setup("inline_writes_need_no_buffer_and_respect_the_granted_size");
     let target = support::remote_region(&pd, 4096);
     let remote = target.remote().unwrap();
-    let granted = a.caps().max_inline_data as usize;
+    let granted = a.caps().unwrap().max_inline_data as usize;
     assert!(
         granted >= 16,
         "device granted {granted} bytes of inline data"
@@ -242,7 +242,7 @@ fn chained_and_selectively_signaled_posts_all_come_back() {
         back.iter().any(|c| !c.signaled),
         "some requests were unsignaled"
     );
-    assert_eq!(a.in_flight(), (0, 0));
+    assert_eq!(a.in_flight().unwrap(), (0, 0));
     for i in 0..16u64 {
         let mut landed = vec![0u8; 1024];
         target.read_at(i as usize * 1024, &mut landed).unwrap();
@@ -255,7 +255,7 @@ fn unsignaled_requests_never_fill_the_send_queue() {
     let (pd, mut a, _b) = setup("unsignaled_requests_never_fill_the_send_queue");
     let target = support::remote_region(&pd, 4096);
     let remote = target.remote().unwrap();
-    let depth = a.caps().max_send_wr as usize;
+    let depth = a.caps().unwrap().max_send_wr as usize;
     // Far more unsignaled writes than the queue holds: without forced
     // signaling the queue would fill and never drain.
     let mut done = 0;
@@ -277,7 +277,7 @@ fn unsignaled_requests_never_fill_the_send_queue() {
             }
         }
     }
-    while a.in_flight().0 > 0 {
+    while a.in_flight().unwrap().0 > 0 {
         a.wait(support::deadline(), |_| done += 1)
             .expect("the queue drains");
     }
@@ -311,4 +311,41 @@ fn rxe_gid_auto_selection_picks_the_ipv4_mapped_roce_v2_entry() {
             "on rxe index 0 is link-local, 1 the IPv4-mapped RoCE v2 GID"
         );
     }
+}
+
+/// Audit finding 6, a hostile caller taking a `QueuePair`'s queue pair
+/// away behind its back: removed through `engine_mut()`, or leaked with a
+/// forgotten lane. Every accessor then says so with a `NotFound` error
+/// (none panics), and `id` and `qp_num` still name the queue pair.
+#[test]
+fn accessors_of_a_queue_pair_taken_away_are_errors_not_panics() {
+    let (pd, mut a, mut b) = setup("accessors_of_a_queue_pair_taken_away_are_errors_not_panics");
+    let (qpn_a, qpn_b) = (a.qp_num(), b.qp_num());
+    let id = a.id();
+    a.engine_mut().remove_qp(id).unwrap();
+    let local = Local::range(MemoryRegion::new(&pd, 64).unwrap(), 0, 8).unwrap();
+    let send = b
+        .prepare_send(SendRequest::new(SendOp::Send, local))
+        .map_err(|e| e.error)
+        .unwrap();
+    std::mem::forget(b.lane(send, None).unwrap());
+    for (name, qp) in [("removed", &a), ("leaked with a forgotten lane", &b)] {
+        let errors = [
+            ("state", qp.state().err()),
+            ("in_flight", qp.in_flight().err()),
+            ("caps", qp.caps().err()),
+            ("raw_id", qp.raw_id().err()),
+            ("gid", qp.gid().err()),
+            ("port", qp.port().err()),
+            ("query", qp.query().err()),
+        ];
+        for (call, e) in errors {
+            let e = e.unwrap_or_else(|| panic!("{call}() answered on a queue pair {name}"));
+            assert_eq!(e.kind(), verbs::ErrorKind::NotFound, "{call}(): {e}");
+        }
+    }
+    assert_eq!((a.id(), a.qp_num(), b.qp_num()), (id, qpn_a, qpn_b));
+    let peer = Qp::new(&pd, &support::config()).unwrap().endpoint();
+    let e = a.connect(&peer).unwrap_err();
+    assert_eq!(e.kind(), verbs::ErrorKind::NotFound, "{e}");
 }

@@ -76,11 +76,11 @@ fn round(a: &mut Side, b: &mut Side, o: &Opts, iters: u64, clock: &clock::Clock)
     let size = o.sizes()[0];
     let pa = Params {
         iters,
-        ..o.params(a, size, true, clock)
+        ..o.params(a, size, true, clock).unwrap()
     };
     let pb = Params {
         iters,
-        ..o.params(b, size, false, clock)
+        ..o.params(b, size, false, clock).unwrap()
     };
     let c = &o.fingerprint();
     a.prepare(&pa).expect("prepare the initiator");

@@ -168,8 +168,13 @@ impl<'a> Client<'a> {
             retry_cnt: opts.retry(),
             ..ConnectOptions::default()
         };
+        println!(
+            "STAGE client: connecting to the server at {host}:{}",
+            opts.port
+        );
         let (mut chan, server_pid) = dial(host, opts.port, None)?;
         let mut qp = qp;
+        println!("STAGE client: exchanging endpoints and connecting the queue pair");
         let remote = handshake(&mut chan, &mut qp, &connect)?;
         if (remote.len as usize) < opts.region {
             return Err("the server's region is smaller than --region".into());
@@ -209,6 +214,7 @@ impl<'a> Client<'a> {
     fn drill(&mut self) -> Result<(), BoxError> {
         let jobs = self.opts.ops.div_ceil(2); // each job is a write and a read
         if !self.opts.scenario.faulty() {
+            println!("STAGE client: {jobs} write-and-read jobs");
             self.run(jobs, true)?;
             return self.check_hash("the whole region");
         }
@@ -217,6 +223,7 @@ impl<'a> Client<'a> {
         let bad_input = self.opts.scenario == Scenario::BadKey;
         // A bad request behind a full window would wait for the window to
         // drain; alone, its error measures the responder's NAK.
+        println!("STAGE client: {half} of {jobs} write-and-read jobs before the fault");
         self.run(half, bad_input)?;
         if let Some((status, _)) = self.r.first_error {
             return Err(format!("{status} before any fault was injected").into());
@@ -275,7 +282,7 @@ impl<'a> Client<'a> {
             "FAULT injected scenario={} after_job={} in_flight={} cmd_ms={:.1}",
             self.opts.scenario.name(),
             self.next_job,
-            self.qp.in_flight().0,
+            self.qp.in_flight()?.0,
             ms(now - t)
         );
         Ok(now)
@@ -311,7 +318,7 @@ impl<'a> Client<'a> {
                 self.r.stalled = true;
                 println!(
                     "STALL no completion at all within the bound while the port is down; {} requests held",
-                    self.qp.in_flight().0
+                    self.qp.in_flight()?.0
                 );
                 return Ok(());
             }
@@ -322,7 +329,7 @@ impl<'a> Client<'a> {
         let detect = ms(at - t_fault);
         self.r.detect_ms = Some(detect);
         // Everything behind the first error must come back, flushed.
-        while self.qp.in_flight().0 > 0 {
+        while self.qp.in_flight()?.0 > 0 {
             self.pump_or_hang(DRAIN, "draining flushed requests")?;
         }
         let expected = match opts.scenario {
@@ -430,7 +437,7 @@ impl<'a> Client<'a> {
         loop {
             self.fill(until)?;
             let more = !self.errored && (self.next_job < until || !self.repairs.is_empty());
-            let busy = self.qp.in_flight().0 > 0;
+            let busy = self.qp.in_flight()?.0 > 0;
             if !busy || (!drain && !more) {
                 return Ok(());
             }

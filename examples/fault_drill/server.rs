@@ -51,7 +51,9 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         opts.port
     );
 
+    println!("STAGE server: waiting for the client to connect (120 s)");
     let mut chan = Chan::new(listener.accept(Deadline::after(Duration::from_secs(120)))?);
+    println!("STAGE server: client connected; exchanging endpoints");
     chan.send(chan::HELLO, u64::from(std::process::id()), opts.generation)?;
     // The client speaks first: its endpoint is read and checked before
     // ours (with the region's rkey) is revealed.
@@ -64,6 +66,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         chan.sync(deadline)
     };
     attach(&mut qp, &mut chan)?;
+    println!("STAGE server: connected; serving the client's commands");
 
     loop {
         let (cmd, a, b) = chan.recv(Deadline::after(IDLE))?;
@@ -90,7 +93,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 );
                 qp.reset(Deadline::after(Duration::from_secs(10)), |_| {})?;
                 attach(&mut qp, &mut chan)?;
-                println!("server: reconnected, QP in {}", qp.state());
+                println!("server: reconnected, QP in {}", qp.state()?);
             }
             chan::KILL => {
                 println!("server: told to die; aborting (no cleanup, like a crash)");

@@ -132,6 +132,11 @@ fn run() -> Result<(), String> {
     }
     let created = started.elapsed();
 
+    // Each wait is named before it begins: a hung run's log says where.
+    println!(
+        "STAGE node {me}: {total} queue pairs made; exchanging endpoints with {} peers",
+        n - 1
+    );
     let exchange = Instant::now();
     let server = wiring::serve(me, &peers, port, ours.clone()).map_err(|e| format!("bind: {e}"))?;
     let mut links = wiring::dial(me, &peers, port, &ours)?;
@@ -156,6 +161,7 @@ fn run() -> Result<(), String> {
             .map_err(|e| format!("post_recv: {}", e.error))?;
     }
     let connect = connect.elapsed();
+    println!("STAGE node {me}: connected; waiting for every peer to be ready");
     wiring::barrier(&mut links, "ready")?;
 
     let traffic = Instant::now();
@@ -179,6 +185,10 @@ fn run() -> Result<(), String> {
                 .map_err(|e| format!("post_send: {}", e.error))?;
         }
     }
+    println!(
+        "STAGE node {me}: traffic posted; waiting for {} completions",
+        3 * total
+    );
     let mut failure = None;
     let mut back = 0;
     let deadline = verbs::Deadline::after(std::time::Duration::from_secs(60));
@@ -229,6 +239,7 @@ fn run() -> Result<(), String> {
         }
     }
     // Nobody tears a queue pair down while a peer may still need its ACKs.
+    println!("STAGE node {me}: verified; waiting for every peer to be done");
     wiring::barrier(&mut links, "done")?;
     println!(
         "RESULT node={me} nodes={n} qps={total} create_ms={} exchange_ms={} connect_ms={} \

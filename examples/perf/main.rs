@@ -12,12 +12,17 @@
 //! size's run uses), [`side`] (a side's queue pairs and memory) and
 //! [`loops`] (the measured loops; these four shared with
 //! `tests/rdma_zero_alloc.rs`), [`clock`] (timestamps), [`report`]
-//! (figures and output), [`remote`] (two hosts), [`rdma_cm`] (`-R`).
+//! (figures and output), [`remote`] (two hosts), [`rdma_cm`] (`-R`),
+//! [`perftest_wire`], [`perftest_peer`] and [`perftest_msg`] (two hosts,
+//! the other one running perftest's `ib_*` tools: `--perftest-wire`).
 
 mod clock;
 mod loops;
 mod opts;
 mod params;
+mod perftest_msg;
+mod perftest_peer;
+mod perftest_wire;
 mod rdma_cm;
 mod remote;
 mod report;
@@ -87,8 +92,8 @@ fn loopback(opts: &Opts, clock: &Clock) -> Result<(), BoxError> {
     };
     let mut out = Output::new(opts, &a, clock, mode)?;
     for size in opts.sizes() {
-        let pa = opts.params(&a, size, true, clock);
-        let pb = opts.params(&b, size, false, clock);
+        let pa = opts.params(&a, size, true, clock)?;
+        let pb = opts.params(&b, size, false, clock)?;
         a.prepare(&pa)?;
         b.prepare(&pb)?;
         out.note_depth(&pa, a.depth());
@@ -140,12 +145,12 @@ impl<'a> Output<'a> {
     ) -> Result<Output<'a>, BoxError> {
         let qp = &side.lanes[0].qp;
         let mtu = qp.query()?.path_mtu;
-        let link = match qp.port().link_layer() {
+        let link = match qp.port()?.link_layer() {
             verbs::device::LinkLayer::ETHERNET => "Ethernet",
             _ => "IB",
         };
-        let inline = opts.inline_request().min(qp.caps().max_inline_data);
-        let gid = qp.gid().map(|g| g.index);
+        let inline = opts.inline_request().min(qp.caps()?.max_inline_data);
+        let gid = qp.gid()?.map(|g| g.index);
         let cq_mod = opts.cq_mod(opts.sizes()[0]);
         let wait = if opts.spin_hint {
             "spin with a CPU pause hint per empty poll"
@@ -235,23 +240,27 @@ impl<'a> Output<'a> {
 
     /// Reports the run `side` just made with `p`.
     pub fn result(&mut self, side: &Side, p: &Params) {
-        self.header();
         let s = &side.stamps;
-        let json = if p.test.is_latency() {
-            let halve = matches!(p.test, Test::WriteLat | Test::SendLat);
-            let l = report::latency(p.size, &s.posted, halve, self.clock);
-            if !self.opts.json {
-                println!("{}", report::latency_line(&l));
-            }
-            report::latency_json(&l)
-        } else {
+        if !p.test.is_latency() {
             let b = report::bandwidth(p.size, &s.posted, &s.completed, self.clock);
-            if !self.opts.json {
-                println!("{}", report::bandwidth_line(&b));
-            }
-            report::bandwidth_json(&b)
-        };
-        self.results.push(json);
+            return self.bandwidth(&b);
+        }
+        self.header();
+        let halve = matches!(p.test, Test::WriteLat | Test::SendLat);
+        let l = report::latency(p.size, &s.posted, halve, self.clock);
+        if !self.opts.json {
+            println!("{}", report::latency_line(&l));
+        }
+        self.results.push(report::latency_json(&l));
+    }
+
+    /// Reports bandwidth figures (measured here, or by the peer).
+    pub fn bandwidth(&mut self, b: &report::Bandwidth) {
+        self.header();
+        if !self.opts.json {
+            println!("{}", report::bandwidth_line(b));
+        }
+        self.results.push(report::bandwidth_json(b));
     }
 
     /// Closes the table or prints the JSON document.

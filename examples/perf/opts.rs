@@ -25,6 +25,10 @@ usage: perf TEST [OPTIONS] [server | client HOST]
   -m, --mtu BYTES         largest path MTU (default: the port's)
   -p, --port N            TCP port of the endpoint exchange, and the rdma_cm
                           port with -R (default 18515)
+      --perftest-wire     speak perftest's own out-of-band exchange, to run
+                          against ib_write_bw, ib_read_lat, ... on the other
+                          host (not send_bw, not with -R); a server takes a
+                          perftest client without it (by its first byte)
   -R, --rdma_cm           connect the queue pairs with rdma_cm (build with
                           --features rdmacm): it finds GID, MTU and port by
                           address; HOST must be the server's RDMA address
@@ -101,6 +105,8 @@ pub struct Opts {
     pub setup_timeout: Duration,
     pub json: bool,
     pub rdma_cm: bool,
+    /// Speak perftest's out-of-band exchange (`perftest_wire`).
+    pub perftest_wire: bool,
 }
 
 /// Largest size of the `-a` sweep (perftest's 8 MiB).
@@ -142,6 +148,7 @@ impl Opts {
             setup_timeout: Duration::from_secs(120),
             json: false,
             rdma_cm: false,
+            perftest_wire: false,
         };
         while let Some(arg) = it.next() {
             // `--name=value` or `--name value` / `-x value`.
@@ -181,6 +188,7 @@ impl Opts {
                 }
                 "--json" => o.json = true,
                 "-R" | "--rdma_cm" => o.rdma_cm = true,
+                "--perftest-wire" => o.perftest_wire = true,
                 "-h" | "--help" => return Err(String::new()),
                 other => return Err(format!("unexpected argument {other:?}")),
             }
@@ -216,6 +224,15 @@ impl Opts {
             return Err(
                 "-R: rdma_cm chooses the GID and port from the address (drop -x, -i)".into(),
             );
+        }
+        if self.perftest_wire && (self.rdma_cm || self.test == Test::SendBw) {
+            return Err(
+                "--perftest-wire: send_bw and -R (perftest's rdma_cm exchange) are not supported"
+                    .into(),
+            );
+        }
+        if self.perftest_wire && self.role == Role::Loopback {
+            return Err("--perftest-wire is for server or client HOST".into());
         }
         if self.post_list > self.tx_depth() {
             return Err("-l above the tx depth: a chain could never be posted".into());
@@ -292,10 +309,12 @@ impl Opts {
 
     /// How one side's resources are built.
     pub fn setup(&self) -> Result<Setup, String> {
+        let max_size = self.sizes().into_iter().max().unwrap_or(2);
         Ok(Setup {
             test: self.test,
             qps: self.qps,
-            max_size: self.sizes().into_iter().max().unwrap_or(2),
+            max_size,
+            inbox_len: max_size,
             tx_depth: self.tx_depth(),
             post_list: self.post_list,
             rx_depth: self.rx_depth,
@@ -311,9 +330,15 @@ impl Opts {
     }
 
     /// The knobs of one size's run on `side`.
-    pub fn params(&self, side: &Side, size: usize, initiator: bool, clock: &Clock) -> Params {
-        let granted = side.lanes[0].qp.caps().max_inline_data as usize;
-        Params {
+    pub fn params(
+        &self,
+        side: &Side,
+        size: usize,
+        initiator: bool,
+        clock: &Clock,
+    ) -> Result<Params, verbs::Error> {
+        let granted = side.lanes[0].qp.caps()?.max_inline_data as usize;
+        Ok(Params {
             test: self.test,
             size,
             iters: self.iters(),
@@ -327,7 +352,7 @@ impl Opts {
             plain: self.plain,
             warm_up: self.warm_up && matches!(self.test, Test::WriteBw | Test::ReadBw),
             stall: clock.ticks_in(STALL),
-        }
+        })
     }
 
     /// What both sides of a two-host run must agree on.

@@ -4,7 +4,10 @@
 //! exchange over it (the client's hello, then the server's reply, per
 //! queue pair), or by rdma_cm with `-R`. The client is the initiator
 //! (and the bandwidth sender); both sides print write_lat and send_lat
-//! results, the client all others.
+//! results, the client all others. A client with `--perftest-wire`, and
+//! a server whose client's first byte is a digit (perftest's version
+//! string; ours starts `perf/`), speak perftest's exchange instead
+//! ([`super::perftest_wire`]).
 
 use std::io::{Read, Write};
 use std::time::Duration;
@@ -16,13 +19,16 @@ use super::clock::Clock;
 use super::loops;
 use super::opts::Opts;
 use super::side::Side;
-use super::{open, rdma_cm, BoxError, Output};
+use super::{open, perftest_wire, rdma_cm, BoxError, Output};
 
 /// Time one size's run may take end to end (the barrier after it).
 const RUN: Duration = Duration::from_secs(3600);
 
 /// Runs this side; `host` is the server's address for a client.
 pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxError> {
+    if let (true, Some(h)) = (opts.perftest_wire, host) {
+        return perftest_wire::client(opts, clock, h);
+    }
     let setup = opts.setup()?;
     let deadline = Deadline::after(opts.setup_timeout);
     // Listening before the client learns (from the TCP handshake) to connect.
@@ -35,7 +41,13 @@ pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxErro
         None => {
             let listener = exchange::Listener::bind(("0.0.0.0", opts.tcp_port))?;
             eprintln!("perf: waiting for a client on TCP port {}", opts.tcp_port);
-            listener.accept(deadline)?
+            let session = listener.accept(deadline)?;
+            if opts.perftest_wire
+                || (!opts.rdma_cm && perftest_wire::speaks_perftest(&session, deadline))
+            {
+                return perftest_wire::server(opts, clock, &listener, session.into_stream());
+            }
+            session
         }
     };
     let mut session = agree(session, &opts.fingerprint(), deadline)?;
@@ -54,7 +66,7 @@ pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxErro
                 };
                 peers.push(peer);
             }
-            side.connect(&peers)?;
+            side.connect(&peers, &verbs::ConnectOptions::default())?;
             side
         }
     };
@@ -65,7 +77,7 @@ pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxErro
     // only the initiator does (the passive side's NIC answers for it).
     let reports = initiator || (opts.test.is_latency() && opts.test.peer_is_active());
     for size in opts.sizes() {
-        let p = opts.params(&side, size, initiator, clock);
+        let p = opts.params(&side, size, initiator, clock)?;
         side.prepare(&p)?;
         out.note_depth(&p, side.depth());
         // Both sides prepared (receives posted, inboxes cleared) before

@@ -26,8 +26,11 @@ pub struct Setup {
     pub test: Test,
     /// Queue pairs per side.
     pub qps: usize,
-    /// Largest message of the run (the inbox and buffers are sized for it).
+    /// Largest message of the run (buffers are sized for it).
     pub max_size: usize,
+    /// Bytes of the inbox: at least `max_size`, more where the peer
+    /// spreads its requests over more (perftest's cycle buffer).
+    pub inbox_len: usize,
     /// Requests in flight per QP.
     pub tx_depth: u32,
     /// Requests per post call.
@@ -143,6 +146,12 @@ pub struct Side {
     pub(crate) arena: Arena,
     pub(crate) depth: u32,
     pub(crate) buf_mem: usize,
+    /// [`Side::prepare`] zeroes the inbox (the default). Off where no
+    /// barrier keeps the peer from writing the next size's first message
+    /// before this side prepares it (perftest's wire): the write_lat wait
+    /// then relies on the peer writing each byte once per size, as the
+    /// doubling sweep does.
+    pub clear_inbox: bool,
 }
 
 impl Side {
@@ -164,15 +173,19 @@ impl Side {
         let mut a = Side::new(pd, s)?;
         let mut b = Side::new(pd, s)?;
         let (ea, eb) = (a.endpoints(), b.endpoints());
-        a.connect(&eb)?;
-        b.connect(&ea)?;
+        a.connect(&eb, &ConnectOptions::default())?;
+        b.connect(&ea, &ConnectOptions::default())?;
         Ok((a, b))
     }
 
     /// The inbox and the buffer arena; the queue pairs come with
     /// [`Side::add_lane`] (rdma_cm creates them as it connects).
     pub fn without_qps(pd: &ProtectionDomain, s: &Setup) -> Result<Side, Error> {
-        let inbox = MemoryRegion::with_access(pd, s.max_size.max(8), s.test.remote_access())?;
+        let inbox = MemoryRegion::with_access(
+            pd,
+            s.inbox_len.max(s.max_size).max(8),
+            s.test.remote_access(),
+        )?;
         let per_lane = (s.tx_depth.max(1) + s.rx_depth) as usize;
         let want = s.qps.max(1) * per_lane * slot(s.max_size);
         let arena = Arena::new(
@@ -190,6 +203,7 @@ impl Side {
             arena,
             depth: 0,
             buf_mem: s.buf_mem,
+            clear_inbox: true,
         })
     }
 
@@ -227,7 +241,7 @@ impl Side {
     }
 
     /// Connects QP i to the peer's endpoint i.
-    pub fn connect(&mut self, peers: &[Endpoint]) -> Result<(), Error> {
+    pub fn connect(&mut self, peers: &[Endpoint], options: &ConnectOptions) -> Result<(), Error> {
         if peers.len() != self.lanes.len() {
             return Err(Error::invalid(site!(
                 "perf connect",
@@ -235,7 +249,7 @@ impl Side {
             )));
         }
         for (lane, peer) in self.lanes.iter_mut().zip(peers) {
-            lane.qp.connect_with(peer, &ConnectOptions::default())?;
+            lane.qp.connect_with(peer, options)?;
             lane.peer = peer.regions.first().copied();
         }
         Ok(())
@@ -335,7 +349,8 @@ impl Side {
             repost(lane, p)?;
         }
         let zeros = [0u8; 4096];
-        for at in (0..p.size.min(self.inbox.len())).step_by(zeros.len()) {
+        let clear = if self.clear_inbox { p.size } else { 0 };
+        for at in (0..clear.min(self.inbox.len())).step_by(zeros.len()) {
             let n = zeros.len().min(p.size - at);
             self.inbox.write_at(at, &zeros[..n])?;
         }

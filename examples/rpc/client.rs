@@ -53,6 +53,7 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
     let ctx = Context::open(opts.dev.as_deref())?;
     let pd = ProtectionDomain::new(&ctx)?;
     let most = opts.sweep.iter().copied().max().unwrap_or(1) as usize;
+    let most = most.max(opts.rnr).max(1);
     let buf_len = GRH_LEN + HEADER + opts.size.max(opts.max_payload as usize + 1);
     let buffers = most * (SPARES + 1) + 8;
     let arena = crate::arena(&pd, buffers, buf_len)?;
@@ -76,6 +77,12 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
     let server = (opts.host.as_str(), opts.port);
     if opts.bad {
         return crate::refusals::bad_requests(&mut c, server, opts);
+    }
+    if opts.rnr > 0 {
+        return crate::probes::never_receiving(&mut c, server, opts.rnr);
+    }
+    if opts.hellos > 0 {
+        return crate::probes::made_up_peers(server, opts.hellos);
     }
     let clock = Clock::calibrate(Duration::from_millis(100));
     if opts.rank == 0 {
@@ -128,6 +135,19 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
 impl Client {
     /// One more connection to the server, its receive posted.
     pub(crate) fn open(&mut self, server: (&str, u16)) -> Result<(), BoxError> {
+        let timer = ConnectOptions::default().min_rnr_timer;
+        self.open_as(server, true, timer)
+    }
+
+    /// One more connection, its receive posted only when `receive` (one
+    /// that never posts any is a probe's), asking a sender that finds no
+    /// receive to wait RNR timer code `rnr_timer` before trying again.
+    pub(crate) fn open_as(
+        &mut self,
+        server: (&str, u16),
+        receive: bool,
+        rnr_timer: u8,
+    ) -> Result<(), BoxError> {
         let qp = self.engine.add_qp(&QpConfig {
             transport: if self.ud {
                 Transport::Ud
@@ -165,15 +185,18 @@ impl Client {
         } else {
             let opts = ConnectOptions {
                 retry_cnt: 3,
+                min_rnr_timer: rnr_timer,
                 ..ConnectOptions::default()
             };
             self.engine.connect_with(qp, &theirs, &opts)?;
             None
         };
-        let recv = self.arena.alloc(self.buf_len)?;
-        self.engine
-            .post_recv(qp, RecvRequest::new(recv))
-            .map_err(|e| e.error)?;
+        if receive {
+            let recv = self.arena.alloc(self.buf_len)?;
+            self.engine
+                .post_recv(qp, RecvRequest::new(recv))
+                .map_err(|e| e.error)?;
+        }
         let mut spare = [None, None];
         for s in &mut spare {
             let mut buf = self.arena.alloc(self.buf_len)?;
@@ -194,6 +217,20 @@ impl Client {
             alive: true,
         });
         Ok(())
+    }
+
+    /// Posts a receive on connection `i`.
+    pub(crate) fn post_receive(&mut self, i: usize) -> Result<(), BoxError> {
+        let recv = self.arena.alloc(self.buf_len)?;
+        self.engine
+            .post_recv(self.conns[i].qp, RecvRequest::new(recv))
+            .map_err(|e| e.error)?;
+        Ok(())
+    }
+
+    /// False once a request on connection `i` failed.
+    pub(crate) fn is_alive(&self, i: usize) -> bool {
+        self.conns[i].alive
     }
 
     fn close_all(&mut self) -> Result<(), BoxError> {
@@ -245,7 +282,7 @@ impl Client {
     /// Polls once: send buffers back to their connections, responses
     /// checked and handed to `on_response` (connection, header, payload
     /// head, latency), receives posted again.
-    fn poll(
+    pub(crate) fn poll(
         &mut self,
         mut on_response: impl FnMut(usize, u64, Option<Header>, [u8; 8], u64),
         errors: &mut u64,

@@ -10,7 +10,8 @@
 //!            [--max-conns C] [--seconds S] [--allow-stop] [--sleep-after N] [--ud]
 //! rpc client HOST [--port N] [--dev D] [--conns 1,4,16,64,256] [--size B]
 //!            [--seconds S] [--op echo|invert] [--nodes K --rank R --leader ADDR]
-//!            [--max-payload B] [--stop] [--bad] [--sleep-after N] [--ud]
+//!            [--max-payload B] [--stop] [--bad] [--rnr K] [--hellos K]
+//!            [--sleep-after N] [--ud]
 //!   server   runs until a client's stop (with --allow-stop) or --seconds,
 //!            printing one line per second (requests/s, connections, errors)
 //!   --conns  load levels: total connections over all K client nodes (this
@@ -18,6 +19,10 @@
 //!   --nodes/--rank/--leader  the client nodes keep in step through the
 //!            leader (rank 0) at ADDR, port N+1
 //!   --bad    send requests the server must refuse, check each answer
+//!   --rnr K  (RC) K connections that never post a receive, one request
+//!            each: check the server drops every one (its RNR bound)
+//!   --hellos K  (UD) K handshakes naming made-up GIDs: the server must
+//!            answer them and make nothing for them
 //!   --ud     datagrams (both sides): payloads up to a datagram less the
 //!            header; a request unanswered for 500 ms is sent again
 //!   --stop   (rank 0) ask the server to stop at the end
@@ -35,6 +40,8 @@ mod client;
 mod clock;
 mod keepalive;
 mod nap;
+mod peers;
+mod probes;
 mod proto;
 mod refusals;
 mod server;
@@ -79,6 +86,8 @@ pub struct Opts {
     pub leader: String,
     pub stop: bool,
     pub bad: bool,
+    pub rnr: usize,
+    pub hellos: usize,
     pub sleep_after: u32,
     pub ud: bool,
 }
@@ -104,6 +113,8 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
         leader: String::new(),
         stop: false,
         bad: false,
+        rnr: 0,
+        hellos: 0,
         sleep_after: 0,
         ud: false,
     };
@@ -136,6 +147,8 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
                     "--rank" => o.rank = v.parse().map_err(|e| bad(&e))?,
                     "--leader" => o.leader = v.clone(),
                     "--sleep-after" => o.sleep_after = v.parse().map_err(|e| bad(&e))?,
+                    "--rnr" => o.rnr = v.parse().map_err(|e| bad(&e))?,
+                    "--hellos" => o.hellos = v.parse().map_err(|e| bad(&e))?,
                     "--conns" => {
                         o.sweep = v
                             .split(',')

@@ -23,6 +23,14 @@ use crate::{BoxError, Opts};
 /// pipelining one a few; beyond this its responses are dropped (counted).
 const SEND_DEPTH: u32 = 8;
 
+/// How often a response a client has no receive for is tried again, each
+/// after the timer the client's queue pair asks for (at most 655 ms),
+/// before its connection fails and is dropped: a client that never posts
+/// a receive holds its slot at most 4 x 655 ms, so such clients cannot
+/// hold every slot. A closed-loop client posts its receive before its
+/// request and never meets it.
+pub const RNR_RETRY: u8 = 3;
+
 #[derive(Default)]
 pub struct Counters {
     pub requests: u64,
@@ -127,6 +135,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         ("0.0.0.0", opts.port),
         ServerConfig {
             max_pending: 64,
+            link_layer: Some(ctx.query_port(1)?.link_layer()),
             ..ServerConfig::default()
         },
         |peer, err| eprintln!("server: refused {peer}: {err}"),
@@ -142,9 +151,11 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     };
     // A dead client is found within about a second (timeout 14, 3 retries)
     // of something sent to it: a response, or a keepalive (keepalive.rs);
-    // a full shared receive queue makes senders wait, not fail.
+    // one that posts no receive within RNR_RETRY of its timer; a full
+    // shared receive queue makes senders wait, not fail.
     let connect = ConnectOptions {
         retry_cnt: 3,
+        rnr_retry: RNR_RETRY,
         ..ConnectOptions::default()
     };
     let mut live = Connections::new();

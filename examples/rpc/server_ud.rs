@@ -2,11 +2,11 @@
 //! answers every client queue pair. A request's receive buffer starts with
 //! the 40-byte GRH, which names the sender's GID; the response goes back in
 //! the same buffer, after the GRH, to that GID and the completion's source
-//! queue pair, through one address handle per client port (made at the
-//! client's handshake, or on its first request).
+//! queue pair, through one address handle per client port, made on its
+//! first request and given up when it falls silent (peers.rs): at most
+//! `--max-conns` of them, whatever clients claim in their handshakes.
 
-use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use verbs::exchange::{Server, ServerConfig};
 use verbs::{
@@ -15,6 +15,7 @@ use verbs::{
 };
 
 use crate::nap::Nap;
+use crate::peers::{Handles, Peers};
 use crate::proto::HEADER;
 use crate::server::{respond, Counters, Summary};
 use crate::{BoxError, Opts};
@@ -61,21 +62,24 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     let ours = engine.endpoint(qp)?;
     let server = Server::bind(
         ("0.0.0.0", opts.port),
-        ServerConfig::default(),
+        ServerConfig {
+            link_layer: Some(ctx.query_port(1)?.link_layer()),
+            ..ServerConfig::default()
+        },
         |peer, err| eprintln!("server: refused {peer}: {err}"),
     )?;
     println!(
         "server: UD queue pair {} on port {}, payloads up to {limit} B (datagrams of {datagram} B), {depth} receives",
         ours.qpn, opts.port
     );
-    let mut ahs: HashMap<Gid, AhId> = HashMap::new();
-    let mut clients = 0usize;
+    let mut peers: Peers<AhId> = Peers::new(opts.max_conns as usize);
     let mut n = Counters::default();
     let mut summary = Summary::new();
     let mut scratch = vec![0u8; buf_len];
     let mut free: Vec<ArenaBuf> = Vec::with_capacity(buffers as usize);
     // One poll's worth of responses: the sender's GID and queue pair.
     let mut out: Vec<(Gid, u32, SendRequest<ArenaBuf>)> = Vec::with_capacity(64);
+    let mut routes: Vec<Option<AhId>> = Vec::with_capacity(64);
     let (mut stop, mut polls) = (false, 0u32);
     let mut nap = Nap::new(opts.sleep_after, Duration::from_millis(50));
     while !stop {
@@ -110,27 +114,34 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 Err(buf) => free.push(buf),
             }
         })?;
-        for (gid, qpn, req) in out.drain(..) {
-            let ah = match ahs.get(&gid) {
-                Some(&ah) => Ok(ah),
-                None => engine.create_ah(qp, gid, 0).inspect(|&ah| {
-                    ahs.insert(gid, ah);
-                }),
-            };
+        // Routes first, then sends: an address handle is only given up
+        // while no send is in flight (one may name it).
+        let now = Instant::now();
+        let mut handles = AddressHandles {
+            engine: &mut engine,
+            qp,
+        };
+        if polls % 512 == 0 {
+            peers.prune(now, &mut handles);
+        }
+        routes.clear();
+        routes.extend(
+            out.iter()
+                .map(|&(gid, _, _)| peers.route(gid, now, &mut handles)),
+        );
+        for ((_, qpn, req), ah) in out.drain(..).zip(routes.drain(..)) {
             let sent = match ah {
-                Ok(ah) => {
+                Some(ah) => {
                     let dest = UdDest {
                         ah,
                         qpn,
                         qkey: DEFAULT_QKEY,
                     };
-                    engine
-                        .post_ud_send(qp, &dest, req)
-                        .map_err(|e| (e.error, e.request))
+                    engine.post_ud_send(qp, &dest, req).map_err(|e| e.request)
                 }
-                Err(e) => Err((e, req)),
+                None => Err(req),
             };
-            if let Err((_, req)) = sent {
+            if let Err(req) = sent {
                 n.dropped += 1;
                 free.extend(req.into_bufs());
             }
@@ -142,42 +153,45 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         }
         let slept = nap.after_poll(&engine, got)?;
         if polls % 512 == 0 || slept {
-            accept(&server, &mut engine, qp, &ours, &mut ahs, &mut clients);
-            summary.tick(&n, clients);
+            accept(&server, &ours);
+            summary.tick(&n, peers.len());
             if summary.over(opts.seconds) {
                 break;
             }
         }
     }
     summary.last_line(&n);
+    println!(
+        "server: {} peers, {} address handles (at most {})",
+        peers.len(),
+        engine.ah_count(),
+        opts.max_conns
+    );
     Ok(())
 }
 
-/// Answers every finished handshake with our queue pair, and makes the
-/// address handle back to the client's port ahead of its first request.
-fn accept(
-    server: &Server,
-    engine: &mut Engine<ArenaBuf>,
+/// The engine's address handles, from `qp`'s port.
+struct AddressHandles<'a> {
+    engine: &'a mut Engine<ArenaBuf>,
     qp: QpId,
-    ours: &verbs::Endpoint,
-    ahs: &mut HashMap<Gid, AhId>,
-    clients: &mut usize,
-) {
+}
+
+impl Handles<AhId> for AddressHandles<'_> {
+    fn make(&mut self, gid: Gid) -> Option<AhId> {
+        self.engine.create_ah(self.qp, gid, 0).ok()
+    }
+
+    /// Refused by the engine while a send is in flight.
+    fn give_up(&mut self, ah: AhId) -> bool {
+        self.engine.remove_ah(ah).is_ok()
+    }
+}
+
+/// Answers every finished handshake with our queue pair. Nothing is
+/// made for it: its address handle comes with its first request, from
+/// the address the request came from, not the one the handshake claims.
+fn accept(server: &Server, ours: &verbs::Endpoint) {
     while let Ok(hs) = server.next_client(Deadline::after(Duration::ZERO)) {
-        let gid = hs.peer_endpoint().gid;
-        if let std::collections::hash_map::Entry::Vacant(e) = ahs.entry(gid) {
-            match engine.create_ah(qp, gid, hs.peer_endpoint().lid) {
-                Ok(ah) => {
-                    e.insert(ah);
-                }
-                Err(e) => {
-                    eprintln!("server: no route back to a client: {e}");
-                    continue;
-                }
-            }
-        }
-        if hs.reply(ours).is_ok() {
-            *clients += 1;
-        }
+        let _ = hs.reply(ours);
     }
 }

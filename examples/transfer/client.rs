@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use verbs::exchange;
 use verbs::transfer::{
-    PathOptions, PathState, Plane, RetryPolicy, Transfer, TransferConfig, TransferOp,
+    PathOptions, PathState, Plane, PlaneEngine, RetryPolicy, Transfer, TransferConfig, TransferOp,
 };
 use verbs::{
-    Arena, ArenaBuf, ArenaConfig, Context, Deadline, Engine, EngineConfig, HostBuf,
-    ProtectionDomain, QpConfig,
+    Arena, ArenaBuf, ArenaConfig, Context, Deadline, EngineConfig, HostBuf, ProtectionDomain,
+    QpConfig,
 };
 
 use crate::proto::{self, Checksum, Control};
@@ -58,6 +58,7 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
             ..PathOptions::default()
         },
         readmit: opts.readmit,
+        trace: if opts.trace { 1 << 16 } else { 0 },
         qp: QpConfig {
             max_send_wr: (opts.depth * 2 + 4).max(16),
             ..QpConfig::default()
@@ -65,18 +66,6 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
         ..TransferConfig::default()
     };
     config.paths.retry.validate()?;
-
-    // Where a drill that hangs at its start got to.
-    println!("client: connecting to {host}:{}", opts.port);
-    let mut session =
-        exchange::connect((host, opts.port), Deadline::after(Duration::from_secs(120)))?;
-    println!(
-        "client: connected after {:.2} s",
-        opts.t0.elapsed().as_secs_f64()
-    );
-    let shape = ((devs.len() as u64) << 32) | opts.qps as u64;
-    proto::send(&mut session, proto::SETUP, len, shape)?;
-    proto::send(&mut session, proto::SETUP, u64::from(opts.read), chunk_len)?;
 
     // Every plane gets its own copy of every chunk (registered memory is
     // per device); the checksum of the source is taken on the way.
@@ -96,7 +85,7 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
                 ..ArenaConfig::default()
             },
         )?;
-        let engine: Engine<ArenaBuf> = Engine::new(&pd, &EngineConfig::default())?;
+        let engine: PlaneEngine<ArenaBuf> = PlaneEngine::new(&pd, &EngineConfig::default())?;
         planes.push(engine);
         arenas.push(arena);
     }
@@ -125,7 +114,17 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
     }
     let source_sum = sum.value();
 
-    // Connect every path: plane-major, the server's order.
+    // Where a drill that hangs at its start got to.
+    println!("client: connecting to {host}:{}", opts.port);
+    let mut session =
+        exchange::connect((host, opts.port), Deadline::after(Duration::from_secs(120)))?;
+    println!(
+        "client: connected after {:.2} s",
+        opts.t0.elapsed().as_secs_f64()
+    );
+    // Connect every path: plane-major, the server's order. The first
+    // hello carries the token, and the setup rides right behind it: the
+    // server judges both before it registers or reveals anything.
     let qp_config = config.qp;
     let mut paths = Vec::new();
     let mut remotes = Vec::new();
@@ -135,13 +134,23 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
         for _ in 0..opts.qps {
             let qp = engine.add_qp(&qp_config)?;
             let index = paths.len();
-            let peer = session.client_exchange(&engine.endpoint(qp)?, None, deadline)?;
+            let ours = engine.endpoint(qp)?;
+            let peer = if index == 0 {
+                session.send_hello(&ours, opts.token.as_ref(), deadline)?;
+                let shape = ((devs.len() as u64) << 32) | opts.qps as u64;
+                proto::send(&mut session, proto::SETUP, len, shape)?;
+                proto::send(&mut session, proto::SETUP, u64::from(opts.read), chunk_len)?;
+                session.read_reply(deadline)?
+            } else {
+                session.client_exchange(&ours, None, deadline)?
+            };
             remote = remote.or(peer.regions.first().copied());
             engine.connect_with(qp, &peer, &config.paths.connect_options(index))?;
             let a = engine.query(qp)?;
+            let psn = engine.endpoint(qp)?.psn;
             println!(
-                "client: path {index} {}/{} qpn {} -> {}: flow_label {:#x} traffic_class {} hop_limit {} timeout {} retry_cnt {} ({} read back)",
-                devs[p], index % opts.qps, engine.qp_num(qp)?, peer.qpn, a.flow_label, a.traffic_class,
+                "client: path {index} {}/{} qpn {} psn {psn:#x} -> qpn {} psn {:#x}: flow_label {:#x} traffic_class {} hop_limit {} timeout {} retry_cnt {} ({} read back)",
+                devs[p], index % opts.qps, engine.qp_num(qp)?, peer.qpn, peer.psn, a.flow_label, a.traffic_class,
                 a.hop_limit, a.timeout, a.retry_cnt,
                 if a.flow_label == config.paths.flow_label(index) { "as set," } else { "DIFFERENT," },
             );
@@ -376,6 +385,13 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
             s.readmissions,
             s.failed_probes
         );
+    }
+    if opts.trace {
+        let (events, dropped) = transfer.trace();
+        for e in events {
+            println!("trace {e}");
+        }
+        println!("trace: {} events, {dropped} dropped", events.len());
     }
     println!(
         "{}",

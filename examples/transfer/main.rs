@@ -5,12 +5,20 @@
 //! `tests/softroce/pair --planes K` (see tests/softroce/transfer_drill).
 //!
 //! ```text
-//! transfer server [--port N] [--devs rxe0,rxe1] [--zero-chunk C]
-//! transfer client HOST [--port N] [--devs rxe0,rxe1] [--planes K] [--qps Q]
+//! transfer server [--port N] [--devs rxe0,rxe1] [--token SECRET] [--max-mib M]
+//!                 [--max-clients C] [--once] [--zero-chunk C]
+//! transfer client HOST [--port N] [--devs rxe0,rxe1] [--token SECRET] [--planes K] [--qps Q]
 //!                 [--mib M | --file PATH] [--read] [--chunk-kib C] [--depth D]
 //!                 [--timeout T] [--retry R] [--slack X] [--tc TC] [--hop-limit H]
 //!                 [--start-at SECS] [--cut-at SECS] [--at-half CMD] [--tick-ms MS]
-//!                 [--fail-every MIB] [--no-readmit]
+//!                 [--fail-every MIB] [--no-readmit] [--trace]
+//!   --token     (both) the server serves only clients whose hello carries it
+//!   --max-mib   (server) the most a client may ask for, per plane (default 64):
+//!               a larger request is refused before anything is registered
+//!   --max-clients  (server) clients served at once (default 2); others wait
+//!               for a slot, up to the exchange's client timeout (60 s)
+//!   --once      (server) serve the first client whose hello is valid and exit
+//!               with its verdict (as the drill does); otherwise serve on
 //!   --zero-chunk  (server) zero chunk C on every plane before the first check,
 //!               as if its write had never landed: the client's repair round
 //!               must send it again
@@ -32,19 +40,30 @@
 //!               fraction done then and at the device's PORT_ERR
 //!   --fail-every  fail the busiest live path every MIB MiB done (as a watchdog
 //!               misled by a starved host would): its writes are on the wire
+//!   --trace     print every post (with its queue pair and PSNs), completion,
+//!               failure, reset and connection of the transfer at the end
 //! ```
 //! The client prints a progress line (total and per-path rate, path
 //! states), then `checksum ...` and one machine-readable `RESULT ...`
 //! line. Both sides compare every chunk's checksum too, and name the
 //! chunks that differ; both exit non-zero when anything differs.
+//!
+//! The server is a front door (`verbs::exchange::Server`): the client
+//! speaks first, its hello (token, endpoint) and the size it asks for are
+//! judged before anything is registered or revealed, every stage has a
+//! deadline, and a client it drops (logged in one line) costs nobody
+//! else their turn.
 
 mod client;
+mod door;
 mod proto;
 mod report;
 mod server;
 
 use std::process::ExitCode;
 use std::time::Instant;
+
+use verbs::exchange::Token;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -71,9 +90,14 @@ pub struct Opts {
     pub zero_chunk: Option<usize>,
     pub tick_ms: u64,
     pub readmit: bool,
+    pub token: Option<Token>,
+    pub max_mib: u64,
+    pub max_clients: usize,
+    pub once: bool,
+    pub trace: bool,
 }
 
-const USAGE: &str = "usage: transfer server [--port N] [--devs A,B] | transfer client HOST [OPTIONS] (see the source's header)";
+const USAGE: &str = "usage: transfer server [--port N] [--devs A,B] [--token T] [--max-mib M] [--once] | transfer client HOST [OPTIONS] (see the source's header)";
 
 fn parse(args: &[String]) -> Result<(String, Option<String>, Opts), String> {
     let mut o = Opts {
@@ -99,6 +123,11 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Opts), String> {
         zero_chunk: None,
         tick_ms: 1000,
         readmit: true,
+        token: None,
+        max_mib: 64,
+        max_clients: 2,
+        once: false,
+        trace: false,
     };
     let mut it = args.iter();
     let role = it.next().cloned().ok_or("a role: server or client")?;
@@ -115,6 +144,14 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Opts), String> {
             }
             "--no-readmit" => {
                 o.readmit = false;
+                continue;
+            }
+            "--once" => {
+                o.once = true;
+                continue;
+            }
+            "--trace" => {
+                o.trace = true;
                 continue;
             }
             _ => {}
@@ -150,6 +187,11 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Opts), String> {
             "--fail-every" => o.fail_every = num()?,
             "--zero-chunk" => o.zero_chunk = Some(num()? as usize),
             "--tick-ms" => o.tick_ms = num()?.max(50),
+            "--token" => {
+                o.token = Some(Token::new(value.as_bytes()).map_err(|e| format!("--token: {e}"))?)
+            }
+            "--max-mib" => o.max_mib = num()?.max(1),
+            "--max-clients" => o.max_clients = num()?.clamp(1, 64) as usize,
             other => return Err(format!("unknown option {other:?}")),
         }
     }
@@ -184,7 +226,7 @@ fn main() -> ExitCode {
         }
     };
     let result = match role.as_str() {
-        "server" => server::run(&opts),
+        "server" => door::run(&opts),
         _ => client::run(&opts, &host.unwrap_or_default()),
     };
     match result {

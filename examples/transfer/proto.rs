@@ -1,6 +1,11 @@
 //! What client and server say over TCP besides the endpoint exchanges
 //! (fixed 17-byte frames: a command byte, two little-endian u64), the
 //! checksum both compute, and the generated data.
+//!
+//! The conversation: the client's hello for its first path, with the two
+//! `SETUP` frames riding right behind it; the server's reply (once the
+//! hello is valid and the setup within its bounds); an endpoint exchange
+//! per further path; a sync; then `REPATH` and `DONE` as needed.
 
 use std::io::{self, Read, Write};
 use std::time::Duration;
@@ -9,7 +14,8 @@ use verbs::exchange::Session;
 use verbs::transfer::PeerControl;
 use verbs::{Deadline, Endpoint};
 
-/// Client -> server: (len, planes << 32 | qps per plane), then (op, chunk_len).
+/// Client -> server, right behind the first hello: (len, planes << 32 |
+/// qps per plane), then (op, chunk_len).
 pub const SETUP: u8 = b'S';
 /// Client -> server: reset path `a` and exchange endpoints again.
 pub const REPATH: u8 = b'R';
@@ -27,6 +33,10 @@ pub const REPAIR_ROUNDS: u32 = 3;
 
 const FRAME: usize = 17;
 
+/// The longest a run of bytes that travel together (a frame, the
+/// placement and checksums after `DONE`) may take to arrive.
+const TOGETHER: Duration = Duration::from_secs(120);
+
 pub fn send(session: &mut Session, cmd: u8, a: u64, b: u64) -> io::Result<()> {
     let mut frame = [0u8; FRAME];
     frame[0] = cmd;
@@ -37,11 +47,10 @@ pub fn send(session: &mut Session, cmd: u8, a: u64, b: u64) -> io::Result<()> {
     stream.write_all(&frame)
 }
 
+/// The next frame, all of it within `timeout` however the peer paces it.
 pub fn recv(session: &mut Session, timeout: Duration) -> io::Result<(u8, u64, u64)> {
     let mut frame = [0u8; FRAME];
-    let stream = session.stream_mut();
-    stream.set_read_timeout(Some(timeout))?;
-    stream.read_exact(&mut frame)?;
+    read_by(session, &mut frame, Deadline::after(timeout))?;
     let word = |at: usize| u64::from_le_bytes(frame[at..at + 8].try_into().unwrap());
     Ok((frame[0], word(1), word(9)))
 }
@@ -51,7 +60,36 @@ pub fn send_bytes(session: &mut Session, bytes: &[u8]) -> io::Result<()> {
 }
 
 pub fn recv_bytes(session: &mut Session, out: &mut [u8]) -> io::Result<()> {
-    session.stream_mut().read_exact(out)
+    read_by(session, out, Deadline::after(TOGETHER))
+}
+
+/// `read_exact` by `deadline`: each read waits only for the time left.
+fn read_by(session: &mut Session, out: &mut [u8], deadline: Deadline) -> io::Result<()> {
+    let stream = session.stream_mut();
+    let mut got = 0;
+    while got < out.len() {
+        let left = deadline.remaining();
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the peer took too long",
+            ));
+        }
+        stream.set_read_timeout(Some(left))?;
+        match stream.read(&mut out[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// The client's half of re-admitting a path: ask the server to reset its

@@ -1,21 +1,26 @@
-//! The passive side: one region per plane for the peer to write (or read),
-//! one engine per plane holding its end of every path, and a loop that
-//! answers the client: reconnect a path, and at the end assemble the
-//! chunks from the planes they landed on and compare checksums.
+//! The passive side, for one admitted client: one region per plane for
+//! the peer to write (or read), one engine per plane holding its end of
+//! every path, and a loop that answers the client: reconnect a path, and
+//! at the end assemble the chunks from the planes they landed on and
+//! compare checksums. `door.rs` admits the client.
 
 use std::time::Duration;
 
-use verbs::exchange::{Listener, Session};
+use verbs::exchange::{Handshake, Session};
 use verbs::{
-    Access, Context, Deadline, Engine, EngineConfig, HostBuf, MemoryRegion, ProtectionDomain,
-    QpConfig, QpId,
+    Access, Context, Deadline, Endpoint, Engine, EngineConfig, HostBuf, MemoryRegion,
+    ProtectionDomain, QpConfig, QpId,
 };
 
+use crate::door::{self, Setup};
 use crate::proto::{self, Checksum};
 use crate::{BoxError, Opts};
 
-/// Longest the server waits for the client's next word: the whole drill.
-const IDLE: Duration = Duration::from_secs(300);
+/// The most a client may take to connect its paths and sync.
+const PATHS_WITHIN: Duration = Duration::from_secs(60);
+/// Longest the server waits for an admitted client's next word: a whole
+/// transfer between the sync and `DONE`, far beyond any drill case.
+const IDLE: Duration = Duration::from_secs(120);
 
 struct Plane {
     engine: Engine<MemoryRegion>,
@@ -23,27 +28,25 @@ struct Plane {
     qps: Vec<QpId>,
 }
 
-/// Serves one client; true when both checksums matched.
-pub fn run(opts: &Opts) -> Result<bool, BoxError> {
-    let listener = Listener::bind(("0.0.0.0", opts.port))?;
-    println!("server: listening on port {}", opts.port);
-    let mut session = listener.accept(Deadline::after(IDLE))?;
-    // Where a drill that hangs at its start got to.
-    println!("server: a client connected");
-    let (cmd, len, shape) = proto::recv(&mut session, IDLE)?;
-    let (_, op, chunk_len) = proto::recv(&mut session, IDLE)?;
-    if cmd != proto::SETUP || chunk_len == 0 {
-        return Err("the client did not start with a setup".into());
-    }
-    let (plane_count, qps) = ((shape >> 32) as usize, (shape & 0xFFFF_FFFF) as usize);
-    let devs = crate::devices(&opts.devs, plane_count)?;
+/// Serves the client whose first hello is `hello`; true when both
+/// checksums matched. `devs` are the server's devices, plane order.
+pub fn serve(opts: &Opts, devs: &[String], mut hello: Handshake) -> Result<bool, BoxError> {
+    let setup = door::read_setup(&mut hello, devs.len(), opts.max_mib)?;
+    let Setup {
+        len,
+        qps,
+        chunk_len,
+        ..
+    } = setup;
+    // Only now, the client admitted and its setup within bounds: memory.
+    let devs = &devs[..setup.planes];
     let mut planes = Vec::new();
-    for dev in &devs {
+    for dev in devs {
         planes.push(open_plane(dev, len as usize, qps)?);
     }
-    if op == 1 {
+    if setup.read {
         // A read: every plane's region holds the source.
-        let mut chunk = vec![0u8; chunk_len as usize];
+        let mut chunk = vec![0u8; chunk_len.min(len) as usize];
         for c in 0..len.div_ceil(chunk_len) {
             let offset = c * chunk_len;
             let n = chunk_len.min(len - offset) as usize;
@@ -53,16 +56,18 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
             }
         }
     }
-    let deadline = Deadline::after(Duration::from_secs(60));
+    // Path 0 is the first hello's: connected before our endpoint (and
+    // the region with it) is revealed. The client connects its end with
+    // the path's flow label and retry policy; this end only answers.
+    let first = planes[0].qps[0];
+    planes[0].engine.connect(first, hello.peer_endpoint())?;
+    let mut session = hello.reply(&ours(&planes[0], first)?)?;
+    let deadline = Deadline::after(PATHS_WITHIN);
     for plane in &mut planes {
-        for &qp in &plane.qps {
-            // The client connects its end with the path's flow label and
-            // retry policy; this end only answers (no requests of its own).
-            let mut ours = plane.engine.endpoint(qp)?;
-            ours.regions
-                .push(plane.region.remote().ok_or("region not shared")?);
-            let peer = session.server_exchange(&ours, None, deadline)?;
-            plane.engine.connect(qp, &peer)?;
+        for qp in plane.qps.clone() {
+            if qp != first {
+                session = answer(session, plane, qp, deadline)?;
+            }
         }
     }
     session.sync(deadline)?;
@@ -71,7 +76,7 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
         planes.len(),
         devs.join(","),
         len >> 20,
-        if op == 1 {
+        if setup.read {
             "to be read"
         } else {
             "to be written"
@@ -85,7 +90,7 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
             (Err(e), None) => return Err(e.into()),
         };
         match cmd {
-            proto::REPATH => repath(&mut planes, qps, a as usize, &mut session)?,
+            proto::REPATH => session = repath(&mut planes, qps, a as usize, session)?,
             proto::DONE => {
                 let count = len.div_ceil(chunk_len) as usize;
                 let mut placement = vec![0u8; count];
@@ -97,7 +102,11 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
                     .map(|b| u64::from_le_bytes(b.try_into().unwrap()))
                     .collect();
                 // The client read: the source is the same on every plane.
-                let placement = if op == 1 { vec![0; count] } else { placement };
+                let placement = if setup.read {
+                    vec![0; count]
+                } else {
+                    placement
+                };
                 if let Some(c) = opts.zero_chunk.filter(|_| verdict.is_none()) {
                     let offset = c as u64 * chunk_len;
                     if offset < len {
@@ -137,6 +146,28 @@ pub fn run(opts: &Opts) -> Result<bool, BoxError> {
     }
 }
 
+/// Our end of path `qp` on `plane`, with the plane's region.
+fn ours(plane: &Plane, qp: QpId) -> Result<Endpoint, BoxError> {
+    let mut ours = plane.engine.endpoint(qp)?;
+    ours.regions
+        .push(plane.region.remote().ok_or("region not shared")?);
+    Ok(ours)
+}
+
+/// The client's next hello, for `qp` of `plane`: read and checked, our
+/// end connected to it (which refuses an endpoint our port cannot reach),
+/// and only then our endpoint sent.
+fn answer(
+    session: Session,
+    plane: &mut Plane,
+    qp: QpId,
+    deadline: Deadline,
+) -> Result<Session, BoxError> {
+    let hello = session.read_hello(None, deadline)?;
+    plane.engine.connect(qp, hello.peer_endpoint())?;
+    Ok(hello.reply(&ours(plane, qp)?)?)
+}
+
 /// The client lost path `path` and replaced its end with a fresh queue
 /// pair: replace ours too (a new QPN, so nothing of the old connection
 /// reaches the new one), exchange endpoints again, connect.
@@ -144,19 +175,16 @@ fn repath(
     planes: &mut [Plane],
     qps: usize,
     path: usize,
-    session: &mut Session,
-) -> Result<(), BoxError> {
-    let plane = planes.get_mut(path / qps.max(1)).ok_or("no such path")?;
+    session: Session,
+) -> Result<Session, BoxError> {
+    let plane = planes.get_mut(path / qps).ok_or("no such path")?;
     let old = plane.qps[path % qps];
     let was = plane.engine.query(old).map(|a| a.state.to_string());
     let removed = plane.engine.remove_qp(old);
     let fresh = plane.engine.add_qp(&qp_config())?;
     plane.qps[path % qps] = fresh;
-    let mut ours = plane.engine.endpoint(fresh)?;
-    ours.regions
-        .push(plane.region.remote().ok_or("region not shared")?);
-    let peer = session.server_exchange(&ours, None, Deadline::after(Duration::from_secs(2)))?;
-    let connected = plane.engine.connect(fresh, &peer);
+    let hello = session.read_hello(None, Deadline::after(Duration::from_secs(2)))?;
+    let connected = plane.engine.connect(fresh, hello.peer_endpoint());
     println!(
         "server: path {path} replaced (old QP was {}{}), new QP connected: {}",
         was.unwrap_or_else(|e| e.to_string()),
@@ -165,7 +193,10 @@ fn repath(
             .as_ref()
             .map_or_else(|e| e.to_string(), |_| "ok".into())
     );
-    Ok(())
+    // Answered even when the connect failed: the path's probe then fails
+    // and is tried again later, and this client was shown the region
+    // when it first connected the path.
+    Ok(hello.reply(&ours(plane, fresh)?)?)
 }
 
 fn qp_config() -> QpConfig {
@@ -202,7 +233,7 @@ fn checksum(
 ) -> Result<(u64, Vec<usize>), BoxError> {
     let mut sum = Checksum::new();
     let mut bad = Vec::new();
-    let mut chunk = vec![0u8; chunk_len as usize];
+    let mut chunk = vec![0u8; chunk_len.min(len) as usize];
     for (c, &plane) in placement.iter().enumerate() {
         let bytes = read_chunk(planes, len, chunk_len, c, plane, &mut chunk)?;
         sum.update(bytes);
@@ -243,7 +274,7 @@ fn explain(
     expected: u64,
 ) -> Result<(), BoxError> {
     let mut line = format!("server: chunk {c} BAD (placed on plane {placed}):");
-    let mut chunk = vec![0u8; chunk_len as usize];
+    let mut chunk = vec![0u8; chunk_len.min(len) as usize];
     for p in 0..planes.len() {
         let bytes = read_chunk(planes, len, chunk_len, c, p as u8, &mut chunk)?;
         let mut one = Checksum::new();

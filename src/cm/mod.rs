@@ -8,11 +8,16 @@
 //! each step bounded by the caller's deadline. Both carry private data, for
 //! instance memory descriptors ([`encode_regions`]).
 //!
-//! The queue pair is the connection's: its handle holds the id, and it is
-//! destroyed the way librdmacm expects (the id forgets it, then outlives
-//! it), whoever drops it. So a [`CmConnection`] derefs to its
-//! [`QueuePair`] for every verb of the safe layer, and even a queue pair
-//! swapped out of it tears down correctly.
+//! The connection is its queue pair: the queue pair's handle holds the
+//! id, and every piece of the connection's bookkeeping (the id, whether
+//! it is still connected, its DISCONNECTED event) is found through the
+//! queue pair, never kept beside it. So a [`CmConnection`] derefs to its
+//! [`QueuePair`] for every verb of the safe layer, and a queue pair
+//! swapped out of it (`mem::swap(&mut *a, &mut *b)`, `mem::replace`) takes
+//! its connection with it: `disconnect` reaches only the queue pair the
+//! connection holds, wherever the other went (another connection, another
+//! thread), and a queue pair is destroyed the way librdmacm expects (the
+//! id forgets it first, and outlives it), whoever drops it.
 
 use alloc::sync::Arc;
 use alloc::vec::Vec;
@@ -104,9 +109,7 @@ fn pd_on(id: &Arc<RawCmId>) -> Result<ProtectionDomain, Error> {
 /// A connected RC queue pair set up by the connection manager.
 pub struct CmConnection<B: NicBuf> {
     qp: QueuePair<B>,
-    id: Arc<RawCmId>,
     peer_private_data: Vec<u8>,
-    connected: bool,
 }
 
 impl<B: NicBuf> CmConnection<B> {
@@ -120,29 +123,44 @@ impl<B: NicBuf> CmConnection<B> {
         self.qp.pd().context()
     }
 
-    /// Disconnects (`rdma_disconnect`): the queue pair goes to the error
-    /// state (requests in flight flush) and the peer sees DISCONNECTED.
+    /// Disconnects (`rdma_disconnect`) the queue pair this connection
+    /// holds: it goes to the error state (requests in flight flush) and
+    /// its peer sees DISCONNECTED. Once: later calls do nothing.
+    ///
+    /// Hostile use: swap two connections' queue pairs (or move one out to
+    /// another thread and put another in its place). The connection
+    /// reaches its id through the queue pair it holds now, so it
+    /// disconnects and records exactly that one, and never reads the id of
+    /// a queue pair another thread may be destroying; one that holds a
+    /// queue pair the connection manager did not make has nothing to
+    /// disconnect (`NotFound`). Tests: `rdma_cm`'s
+    /// `disconnect_moves_the_queue_pair_the_connection_holds` and
+    /// `a_queue_pair_moved_to_another_thread_is_left_alone_by_its_old_connection`.
     pub fn disconnect(&mut self) -> Result<(), Error> {
-        if !self.connected {
+        let qp = self.qp.id();
+        let engine = self.qp.engine_mut();
+        let id = engine.cm_id(qp)?;
+        if !id.take_connected() {
             return Ok(());
         }
-        self.connected = false;
-        self.id.disconnect()?;
-        let id = self.qp.id();
-        self.qp.engine_mut().mark_state(id, QpState::ERR)
+        id.disconnect()?;
+        engine.mark_state(qp, QpState::ERR)
     }
 
-    /// Waits until the peer disconnects (the DISCONNECTED event).
+    /// Waits until the peer disconnects the queue pair this connection
+    /// holds (its id's DISCONNECTED event).
     pub fn wait_disconnected(&mut self, deadline: Deadline) -> Result<(), Error> {
+        let qp = self.qp.id();
+        let engine = self.qp.engine_mut();
+        let id = engine.cm_id(qp)?;
         expect(
-            self.id.channel(),
+            id.channel(),
             Ev::DISCONNECTED,
             site!("rdma_cm: wait for DISCONNECTED"),
             deadline,
         )?;
-        self.connected = false;
-        let id = self.qp.id();
-        self.qp.engine_mut().mark_state(id, QpState::ERR)
+        id.take_connected();
+        engine.mark_state(qp, QpState::ERR)
     }
 }
 
@@ -162,8 +180,9 @@ impl<B: NicBuf> core::ops::DerefMut for CmConnection<B> {
 
 impl<B: NicBuf> Drop for CmConnection<B> {
     fn drop(&mut self) {
-        // rdma_disconnect only touches id->qp while the id has one: the
-        // queue pair clears it when it is destroyed, wherever it went.
+        // Disconnects the queue pair it holds, through that queue pair's
+        // own id; then the queue pair's drop clears the id's pointer and
+        // destroys it.
         let _ = self.disconnect();
     }
 }
@@ -233,11 +252,10 @@ fn establish<B: NicBuf>(
     };
     let ev = expect(id.channel(), Ev::ESTABLISHED, step, deadline)?;
     engine.mark_state(qp, QpState::RTS)?;
+    id.set_connected();
     Ok(CmConnection {
-        qp: QueuePair::from_parts(engine, qp),
-        id,
+        qp: QueuePair::from_parts(engine, qp)?,
         peer_private_data: ev.private,
-        connected: true,
     })
 }
 

@@ -11,6 +11,8 @@ use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
 
 use super::ah_table::AhTable;
+use super::bind_table::BindTable;
+use super::completion::CompletionRef;
 use super::config::Queue;
 use super::doorbell::{Provider, Verbs};
 use super::flights::Flights;
@@ -77,6 +79,10 @@ pub struct Engine<B, P: Provider = Verbs> {
     pub(crate) ahs: AhTable,
     /// What new queue pairs were last set up from (`addressing.rs`).
     pub(crate) addressing: Option<super::addressing::Addressing>,
+    /// Window binds posted and not yet claimed (`bind.rs`): each window
+    /// (with its buffer) stays here until its bind is no longer in flight;
+    /// dropped after the queue pairs, leaked if one of them was.
+    pub(crate) binds: BindTable<P::Window>,
 }
 
 impl<B: NicBuf, P: Provider> Engine<B, P> {
@@ -119,6 +125,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             events,
             ahs: AhTable::new(),
             addressing: None,
+            binds: BindTable::new(),
         }
     }
 
@@ -298,12 +305,29 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// longer touches them. If the destroy fails, the queue pair and all of
     /// them are leaked instead, and the error says so.
     pub fn remove_qp(&mut self, qp: QpId) -> Result<(), Error> {
-        self.slot(qp)?;
-        self.teardown_slot(qp.index)
+        self.remove_qp_with(qp, |_| {})
     }
 
-    /// Destroys the queue pair in slot `index` (see `remove_qp`).
-    fn teardown_slot(&mut self, index: u32) -> Result<(), Error> {
+    /// [`Engine::remove_qp`], handing back through `on_done`, as flushed,
+    /// every request the queue pair still held, once its destroy
+    /// succeeded (the device is then done with their buffers): for a
+    /// caller that must get its buffers back from a queue pair it could
+    /// not reset. A failed destroy hands back nothing.
+    pub(crate) fn remove_qp_with(
+        &mut self,
+        qp: QpId,
+        mut on_done: impl FnMut(CompletionRef<'_, B, P>),
+    ) -> Result<(), Error> {
+        self.slot(qp)?;
+        self.teardown_slot(qp.index, &mut on_done)
+    }
+
+    /// Destroys the queue pair in slot `index` (see `remove_qp_with`).
+    fn teardown_slot(
+        &mut self,
+        index: u32,
+        on_done: &mut impl FnMut(CompletionRef<'_, B, P>),
+    ) -> Result<(), Error> {
         let slot = &mut self.qps[index as usize];
         let Some(handle) = slot.qp.take() else {
             return Ok(());
@@ -320,22 +344,25 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             self.flights[self.recv_side].leak_chain(&mut dead.recv);
             core::mem::forget(dead);
             self.prepared.leak_qp(index);
+            self.binds.leak_qp(index);
             self.ahs.pin();
             return Err(e.leaked(site!(
                 "ibv_destroy_qp",
                 "the queue pair and every buffer posted to it were leaked"
             )));
         }
+        // Destroyed: like RESET, it holds no work request; what its queues
+        // still hold in the table goes back as flushed (the device is done
+        // with their buffers), each entry released. Its state refuses the
+        // posts a callback tries on it.
+        self.qps[index as usize].set_state(QpState::RESET);
+        self.retire_all(self.id_of(index), on_done)?;
         let slot = &mut self.qps[index as usize];
+        debug_assert!(slot.send.len() == 0 && slot.recv.len() == 0);
         slot.qp_num = VACANT;
-        // No handle of the removed queue pair matches the slot any more.
+        // No handle of the removed queue pair matches the slot any more;
+        // its completions still queued hold ids of the old window.
         slot.generation = slot.generation.wrapping_add(1) & !UD_GENERATION;
-        slot.state = QpState::RESET;
-        slot.set_state(QpState::RESET);
-        // Its completions still queued hold ids of the old window: dropping
-        // the buffers in flight now is sound, the device is done with them.
-        self.flights[0].release_chain(&mut slot.send);
-        self.flights[self.recv_side].release_chain(&mut slot.recv);
         let keep_send = slot.send.next_seq();
         let keep_recv = slot.recv.next_seq();
         slot.send = Ring::new(0, keep_send);
@@ -370,11 +397,12 @@ impl<B, P: Provider> Drop for Engine<B, P> {
             }
             // A leaked queue pair may still send with any address handle.
             self.ahs.pin();
-            // Prepared requests may belong to a leaked queue pair.
+            // Prepared requests and binds may belong to a leaked queue pair.
             core::mem::forget(core::mem::replace(
                 &mut self.prepared,
                 PreparedTable::new(self.id),
             ));
+            core::mem::forget(core::mem::replace(&mut self.binds, BindTable::new()));
         }
         if let Some(srq) = self.srq.take() {
             let (handle, slots) = srq.into_parts();

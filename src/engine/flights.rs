@@ -402,9 +402,10 @@ impl<B> Flights<B> {
     }
 
     /// Releases every entry of `ring`'s chain, dropping the buffers they
-    /// keep: only once the device is done with them (its queue pair
-    /// destroyed, or a lane's start, whose entries keep none). The window
-    /// stays as it is.
+    /// keep: only where the device is done with them (a lane's start,
+    /// whose entries keep none; a destroyed queue pair's requests go back
+    /// as flushed instead, `Engine::retire_all`). The window stays as it
+    /// is.
     pub(crate) fn release_chain(&mut self, ring: &mut Ring) {
         while ring.first != NONE {
             let e = ring.first;

@@ -17,6 +17,8 @@
 
 mod addressing;
 mod ah_table;
+mod bind;
+mod bind_table;
 mod check;
 mod completion;
 mod config;
@@ -39,7 +41,7 @@ mod qp_slot;
 mod ring;
 mod setup;
 #[cfg(test)]
-mod sim;
+pub(crate) mod sim;
 mod srq;
 mod ud;
 
@@ -52,6 +54,10 @@ pub use connect::QpAttributes;
 pub use core::Engine;
 pub use doorbell::RawSend;
 pub use doorbell::Verbs;
+pub use expose::Exposing;
+// For `QueuePair`'s and the transfer's bounds; outside the crate the
+// trait stays unnamed.
+pub(crate) use doorbell::Provider;
 pub use id::RAW_ID_LIMIT;
 pub use lane::{Lane, LanePoll};
 pub use path::PathInfo;

@@ -331,6 +331,26 @@ impl<B: NicBuf> Engine<B, Verbs> {
         self.cq.wait_event(ms)
     }
 
+    /// A descriptor of the caller's own on the completion channel (a
+    /// duplicate of [`Engine::event_fd`]: the same open file, readable when
+    /// it is), for event loops that must own what they register (tokio's
+    /// `AsyncFd`); it stays open until the caller drops it, even past the
+    /// engine. `None` without `EngineConfig::events`.
+    #[cfg(feature = "std")]
+    pub fn dup_event_fd(&self) -> Result<Option<std::os::fd::OwnedFd>, Error> {
+        self.cq.dup_event_fd()
+    }
+
+    /// Consumes the completion channel's pending events without sleeping
+    /// (the channel is non-blocking); true if one arrived. For an event
+    /// loop that watches [`Engine::event_fd`] itself (epoll, tokio's
+    /// `AsyncFd`): once the descriptor is readable, take the events (they
+    /// are acknowledged in batches), then arm and poll again. Refused
+    /// without `EngineConfig::events`.
+    pub fn take_events(&self) -> Result<bool, Error> {
+        self.cq.take_events()
+    }
+
     /// The shared receive queue's identity, to compare with
     /// [`crate::device::AsyncEvent::element`] (`SRQ_LIMIT_REACHED`).
     pub fn srq_raw_id(&self) -> Option<usize> {
@@ -346,6 +366,21 @@ impl<B: NicBuf> Engine<B, Verbs> {
             .as_ref()
             .ok_or(Error::invalid(site!("queue pair")))?;
         Ok(raw.as_ptr() as usize)
+    }
+
+    /// The connection manager's id `qp` was made on: what disconnects it,
+    /// found through the queue pair so that it follows the queue pair
+    /// wherever it is moved.
+    #[cfg(feature = "rdmacm")]
+    pub(crate) fn cm_id(&self, qp: QpId) -> Result<Arc<crate::raw::cm::RawCmId>, Error> {
+        let raw = self.slot(qp)?.qp.as_ref();
+        raw.and_then(|q| q.cm_id()).cloned().ok_or(Error::new(
+            site!(
+                "rdma_cm",
+                "this queue pair was not made by the connection manager (was it swapped in?)"
+            ),
+            ErrorKind::NotFound,
+        ))
     }
 }
 

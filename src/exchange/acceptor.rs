@@ -14,7 +14,6 @@ use super::handshake::Handshake;
 use super::server_config::ServerConfig;
 use super::session::Session;
 use crate::time::Deadline;
-use crate::wire::Token;
 
 /// Stack for a hello thread: it holds one message buffer and small frames.
 const HELLO_STACK: usize = 128 << 10;
@@ -166,8 +165,8 @@ fn admit(shared: &Arc<Shared>, batch: &mut Vec<(TcpStream, SocketAddr)>) {
             .name("verbs-hello".into())
             .stack_size(HELLO_STACK)
             .spawn(move || {
-                let token = for_hello.config.token;
-                let result = read_hello(stream, peer, token.as_ref(), hello_by, reply_by);
+                let config = &for_hello.config;
+                let result = read_hello(stream, peer, config, hello_by, reply_by);
                 finish(&for_hello, id, peer, result);
             });
         if let Err(e) = spawned {
@@ -184,12 +183,12 @@ fn admit(shared: &Arc<Shared>, batch: &mut Vec<(TcpStream, SocketAddr)>) {
 fn read_hello(
     stream: TcpStream,
     peer: SocketAddr,
-    token: Option<&Token>,
+    config: &ServerConfig,
     hello_by: Deadline,
     reply_by: Deadline,
 ) -> Result<Handshake, ExchangeError> {
     let mut session = Session::configure(stream, peer)?;
-    match session.read_valid_hello(token, hello_by) {
+    match session.read_valid_hello(config.token.as_ref(), config.link_layer, hello_by) {
         Ok(endpoint) => Ok(Handshake::new(session, endpoint, reply_by)),
         Err(e) => {
             let _ = session.stream().shutdown(Shutdown::Both);

@@ -93,9 +93,11 @@ impl Listener {
 /// `deadline` while nobody listens yet, so the client may start first.
 ///
 /// Each resolved address is tried in turn with `connect_timeout` bounded
-/// by the time left. A refused, reset or aborted attempt is retried after
-/// a short pause (5 ms doubling to 50 ms); other errors move on to the
-/// next address and are returned if every address fails that way. When
+/// by the time left. A refused, reset or aborted attempt, and one that
+/// finds no route to the host or its network (a peer still booting does
+/// not answer ARP yet), is retried after a short pause (5 ms doubling to
+/// 50 ms); other errors move on to the next address and are returned if
+/// every address fails that way. When
 /// the deadline passes the result is the last refusal as
 /// [`ExchangeError::Io`] (`ConnectionRefused` says more than "timed
 /// out"), or [`ExchangeError::TimedOut`] if attempts were timing out.
@@ -135,14 +137,7 @@ pub fn connect(addr: impl ToSocketAddrs, deadline: Deadline) -> Result<Session, 
                     worth_retrying = true;
                     last = None;
                 }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::ConnectionRefused
-                            | io::ErrorKind::ConnectionReset
-                            | io::ErrorKind::ConnectionAborted
-                    ) =>
-                {
+                Err(e) if not_yet(&e) => {
                     worth_retrying = true;
                     last = Some(e);
                 }
@@ -163,6 +158,21 @@ pub fn connect(addr: impl ToSocketAddrs, deadline: Deadline) -> Result<Session, 
     }
 }
 
+/// Whether a failed connect may succeed later: nobody listens yet, or the
+/// host is not reachable yet (`EHOSTUNREACH`, `ENETUNREACH`: a booting
+/// peer, a link coming up).
+fn not_yet(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionRefused
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+    ) || matches!(
+        e.raw_os_error(),
+        Some(libc::EHOSTUNREACH | libc::ENETUNREACH)
+    )
+}
+
 /// The whole client side: [`connect`], send our hello (with `token` if
 /// the server requires one), read the server's reply; all by `deadline`.
 /// Returns the session, for use as a control channel, and the server's
@@ -179,4 +189,19 @@ pub fn connect_and_exchange(
     let mut session = connect(addr, deadline)?;
     let theirs = session.client_exchange(ours, token, deadline)?;
     Ok((session, theirs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peer_still_booting_is_retried_and_a_bad_address_is_not() {
+        for errno in [libc::ECONNREFUSED, libc::EHOSTUNREACH, libc::ENETUNREACH] {
+            assert!(not_yet(&io::Error::from_raw_os_error(errno)));
+        }
+        for errno in [libc::EADDRNOTAVAIL, libc::EACCES, libc::EINVAL] {
+            assert!(!not_yet(&io::Error::from_raw_os_error(errno)));
+        }
+    }
 }

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::io;
 
+use crate::endpoint::EndpointError;
 use crate::wire::WireError;
 
 /// Why an exchange step failed.
@@ -53,6 +54,10 @@ pub enum ExchangeError {
         /// Whether the hello carried a token at all.
         presented: bool,
     },
+    /// The client's endpoint cannot be addressed from the server's port
+    /// ([`crate::endpoint::Endpoint::check_addressable`]): a zero GID on
+    /// RoCE, no unicast LID on InfiniBand, neither anywhere.
+    Unaddressable(EndpointError),
     /// The client was dropped unserved to make room: `max_pending`
     /// handshakes were in progress and it was the oldest.
     Evicted {
@@ -131,6 +136,10 @@ impl fmt::Display for ExchangeError {
             ExchangeError::BadToken { presented: true } => {
                 write!(f, "endpoint exchange: client's token is wrong")
             }
+            ExchangeError::Unaddressable(e) => write!(
+                f,
+                "endpoint exchange: no queue pair on this port can reach the client's endpoint: {e}"
+            ),
             ExchangeError::Evicted { max_pending } => write!(
                 f,
                 "endpoint exchange: client dropped unserved: {max_pending} handshakes were in \
@@ -145,6 +154,7 @@ impl std::error::Error for ExchangeError {
         match self {
             ExchangeError::Io { source, .. } => Some(source),
             ExchangeError::Encode(e) | ExchangeError::Decode(e) => Some(e),
+            ExchangeError::Unaddressable(e) => Some(e),
             _ => None,
         }
     }
@@ -162,6 +172,7 @@ impl From<ExchangeError> for io::Error {
             ExchangeError::Encode(_) => io::ErrorKind::InvalidInput,
             ExchangeError::Decode(_) => io::ErrorKind::InvalidData,
             ExchangeError::BadToken { .. } => io::ErrorKind::PermissionDenied,
+            ExchangeError::Unaddressable(_) => io::ErrorKind::InvalidData,
             ExchangeError::Evicted { .. } => io::ErrorKind::ConnectionAborted,
         };
         match e {

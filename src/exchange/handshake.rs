@@ -8,6 +8,7 @@ use super::error::ExchangeError;
 use super::session::Session;
 use super::timeouts::Timeouts;
 use crate::endpoint::Endpoint;
+use crate::sys::ibv_link_layer as LinkLayer;
 use crate::time::Deadline;
 use crate::wire::{Kind, Message, Token};
 
@@ -33,43 +34,52 @@ impl<S: Read + Write + Timeouts> Session<S> {
     ///
     /// On any error the session is dropped, which closes the connection:
     /// a refused client receives nothing. Without a token, the hello of
-    /// any client is accepted, token or not. [`super::Server`] runs this
-    /// for many clients at once.
+    /// any client is accepted, token or not. An endpoint no port can
+    /// address is refused; what only some ports can address is for
+    /// [`Endpoint::check_addressable`] with the port's link layer, or for
+    /// connecting the queue pair, before [`Handshake::reply`].
+    /// [`super::Server`] runs this for many clients at once.
     pub fn read_hello(
         mut self,
         token: Option<&Token>,
         deadline: Deadline,
     ) -> Result<Handshake<S>, ExchangeError> {
-        let peer = self.read_valid_hello(token, deadline)?;
+        let peer = self.read_valid_hello(token, None, deadline)?;
         Ok(Handshake::new(self, peer, deadline))
     }
 
     /// [`Session::read_hello`] and [`Handshake::reply`] in one call, on a
     /// session kept open (a control channel that already carried other
     /// messages, or several endpoints in a row): reads and checks the
-    /// client's hello, and only then sends `ours`. Returns the client's
-    /// endpoint. After an error, drop the session: the client was told
-    /// nothing.
+    /// client's hello as [`Session::read_hello`] does, and only then
+    /// sends `ours`. Returns the client's endpoint. After an error, drop
+    /// the session: the client was told nothing.
     pub fn server_exchange(
         &mut self,
         ours: &Endpoint,
         token: Option<&Token>,
         deadline: Deadline,
     ) -> Result<Endpoint, ExchangeError> {
-        let peer = self.read_valid_hello(token, deadline)?;
+        let peer = self.read_valid_hello(token, None, deadline)?;
         self.write_message(&Message::reply(ours.clone()), deadline, "write reply")?;
         Ok(peer)
     }
 
     /// Reads a hello by `deadline` and returns its endpoint if it
-    /// presents `token` (when one is required).
+    /// presents `token` (when one is required) and a port of `link_layer`
+    /// can address it.
     pub(super) fn read_valid_hello(
         &mut self,
         token: Option<&Token>,
+        link_layer: Option<LinkLayer>,
         deadline: Deadline,
     ) -> Result<Endpoint, ExchangeError> {
         let hello = self.read_message(Kind::Hello, deadline)?;
         check_token(token, hello.token.as_ref())?;
+        hello
+            .endpoint
+            .check_addressable(link_layer)
+            .map_err(ExchangeError::Unaddressable)?;
         Ok(hello.endpoint)
     }
 }
@@ -85,9 +95,10 @@ impl<S> Handshake<S> {
         }
     }
 
-    /// The client's endpoint, validated: 24-bit QPN other than 0 and 1,
-    /// 24-bit PSN, known MTU, at most 64 regions none of which wraps
-    /// around.
+    /// The client's endpoint, validated: a QPN a peer can have (not 0, 1
+    /// or `0xFFFFFF`), 24-bit PSN, known MTU, at most 64 regions none of
+    /// which wraps around, addressable from the server's port
+    /// ([`super::ServerConfig::link_layer`]).
     pub fn peer_endpoint(&self) -> &Endpoint {
         &self.peer
     }
@@ -100,6 +111,14 @@ impl<S> Handshake<S> {
     /// When the client's time is up: [`Handshake::reply`] fails after it.
     pub fn expires(&self) -> Deadline {
         self.expires
+    }
+
+    /// The session, to read what the client sent after its hello (a
+    /// request riding with it, [`Session::send_hello`]) and decide on it
+    /// before revealing anything or allocating for the client. Bound the
+    /// reads by [`Handshake::expires`].
+    pub fn session_mut(&mut self) -> &mut Session<S> {
+        &mut self.session
     }
 }
 

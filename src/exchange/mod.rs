@@ -10,9 +10,13 @@
 //!
 //! In this crate's format the client speaks first: its hello carries its
 //! endpoint and, if the server wants one, a [`Token`]. The server reads
-//! and validates the whole hello before revealing anything, and a client
-//! it refuses is sent nothing, so a scanner or a client without the token
-//! never learns a region's `rkey`.
+//! and validates the whole hello before revealing anything (the format,
+//! the token, a QPN a peer can have, an endpoint its port can reach:
+//! [`ServerConfig::link_layer`]), and a client it refuses is sent
+//! nothing, so a scanner, a client without the token or one presenting
+//! what no peer can never learns a region's `rkey`. What a client sends
+//! right behind its hello ([`Session::send_hello`]) can be judged too,
+//! before the reply ([`Handshake::session_mut`]).
 //!
 //! - Client: [`connect_and_exchange`], or [`connect`] /
 //!   [`Session::new`] then [`Session::client_exchange`].

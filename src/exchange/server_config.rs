@@ -2,6 +2,7 @@
 
 use core::time::Duration;
 
+use crate::sys::ibv_link_layer as LinkLayer;
 use crate::wire::Token;
 
 /// What a [`super::Server`] demands of clients and how much each may hold.
@@ -10,6 +11,13 @@ pub struct ServerConfig {
     /// When set, a client's hello must carry this token; a client without
     /// it is sent nothing and reported as [`super::ExchangeError::BadToken`].
     pub token: Option<Token>,
+    /// The link layer of the port clients will be connected on
+    /// (`ctx.query_port(port)?.link_layer()`): a hello whose endpoint that
+    /// port cannot address (RoCE: a zero GID; InfiniBand: no unicast LID)
+    /// is sent nothing and reported as
+    /// [`super::ExchangeError::Unaddressable`]. `None` refuses only what
+    /// no port can address ([`crate::endpoint::Endpoint::check_addressable`]).
+    pub link_layer: Option<LinkLayer>,
     /// Time from connect until the whole hello must be in (the stage a
     /// silent or trickling client stretches).
     pub hello_timeout: Duration,
@@ -24,10 +32,12 @@ pub struct ServerConfig {
 }
 
 impl Default for ServerConfig {
-    /// No token, 2 s for the hello, 10 s per client, 64 pending.
+    /// No token, no port known, 2 s for the hello, 10 s per client, 64
+    /// pending.
     fn default() -> Self {
         ServerConfig {
             token: None,
+            link_layer: None,
             hello_timeout: Duration::from_secs(2),
             client_timeout: Duration::from_secs(10),
             max_pending: 64,

@@ -108,8 +108,28 @@ impl<S: Read + Write + Timeouts> Session<S> {
         token: Option<&Token>,
         deadline: Deadline,
     ) -> Result<Endpoint, ExchangeError> {
+        self.send_hello(ours, token, deadline)?;
+        self.read_reply(deadline)
+    }
+
+    /// The first half of [`Session::client_exchange`]: sends our hello by
+    /// `deadline`. What the caller writes next rides with the hello: the
+    /// server reads it before it replies ([`super::Handshake::session_mut`]),
+    /// e.g. the size of what the client asks it to allocate.
+    pub fn send_hello(
+        &mut self,
+        ours: &Endpoint,
+        token: Option<&Token>,
+        deadline: Deadline,
+    ) -> Result<(), ExchangeError> {
         let hello = Message::hello(ours.clone(), token.copied());
-        self.write_message(&hello, deadline, "write hello")?;
+        self.write_message(&hello, deadline, "write hello")
+    }
+
+    /// The second half of [`Session::client_exchange`]: reads the
+    /// server's reply by `deadline` and returns its endpoint.
+    /// [`ExchangeError::NoReply`] when the server refused us.
+    pub fn read_reply(&mut self, deadline: Deadline) -> Result<Endpoint, ExchangeError> {
         // A refusing server closes; if our hello was not read to the end
         // the close arrives as a reset.
         match self.read_message(Kind::Reply, deadline) {

@@ -120,8 +120,14 @@ impl Arena {
         if config.windows {
             access |= Access::MW_BIND;
         }
-        let tlsf = arena_tlsf(memory.len() as u64, config.max_buffers, config.front_cache)
-            .map_err(tlsf_error)?;
+        let base = memory.as_ptr() as u64;
+        let tlsf = arena_tlsf(
+            memory.len() as u64,
+            base,
+            config.max_buffers,
+            config.front_cache,
+        )
+        .map_err(tlsf_error)?;
         // SAFETY: the registration owns the mapping; buffers reach only their
         // own ranges, and lend slices only when `access` lets no peer write
         // the whole region (`ArenaBuf::peer_writable`).
@@ -151,8 +157,13 @@ impl Arena {
         self.alloc_aligned(len, self.default_align)
     }
 
-    /// A buffer of `len` bytes aligned to `align` (a power of two; at least
-    /// 8 for atomic targets). O(1), no system call, no lock, no atomic
+    /// A buffer of `len` bytes whose address is a multiple of `align` (a
+    /// power of two; at least 8 for atomic targets). The address, not only
+    /// the offset: the region starts on a page (or a huge page), and the
+    /// allocator aligns the region's start plus the offset, so alignments
+    /// above a page hold too; one no free block of the region can give
+    /// (say, larger than the region) is the error of exhaustion, never a
+    /// misaligned buffer. O(1), no system call, no lock, no atomic
     /// read-modify-write. Exhaustion is an error, never a panic; it is
     /// reported only after every buffer dropped so far has been taken back.
     /// Inlined whole (the common case is a few dozen instructions), so

@@ -2,7 +2,9 @@
 //! window bound to exactly its range (bound by the engine, on devices whose
 //! windows enforce their bounds), or its own registration. Revoking, or
 //! dropping, invalidates the descriptor before the buffer can be reused; a
-//! failed invalidation leaks the buffer.
+//! failed invalidation leaks the buffer. A window's `ExposedBuf` exists
+//! only once its bind is no longer in flight (the engine holds it until
+//! then: `Engine::exposed`), so deallocating it never races the bind.
 
 use crate::endpoint::RemoteRegion;
 use crate::error::{site, Error, ErrorKind};
@@ -64,7 +66,8 @@ impl ExposedBuf {
         }
     }
 
-    /// A window the engine bound to its buffer with `rkey`.
+    /// A window whose bind to its buffer with `rkey` the engine posted: it
+    /// stays with the engine until that bind is no longer in flight.
     pub(crate) fn window(mw: RawMw<ArenaBuf>, rkey: u32) -> ExposedBuf {
         let (addr, len) = mw.kept().map_or((0, 0), |b| (b.addr(), b.len() as u64));
         let remote = RemoteRegion { addr, len, rkey };
@@ -119,6 +122,11 @@ impl ExposedBuf {
     /// Invalidates the descriptor (deallocates the window or deregisters)
     /// and gives the buffer back. On failure the buffer is leaked, never
     /// freed: the peer may still reach it.
+    ///
+    /// Hostile use: revoking (or dropping) a window whose bind is still
+    /// queued would free the buffer under the bind; it cannot happen, as
+    /// no `ExposedBuf` exists before the bind's completion
+    /// (`tests/rdma_soundness.rs`, `engine::sim::binds`).
     pub fn revoke(self) -> Result<ArenaBuf, Error> {
         let result = match self.grant {
             Grant::Window(mw) => mw.dealloc().and_then(|b| {

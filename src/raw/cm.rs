@@ -4,6 +4,7 @@
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::ptr::NonNull;
+use core::sync::atomic::{AtomicBool, Ordering};
 use std::net::SocketAddr;
 
 use crate::error::{site, Error};
@@ -125,6 +126,7 @@ impl RawCmRequest {
         let id = RawCmId {
             ptr: self.ptr,
             channel: channel.clone(),
+            connected: AtomicBool::new(false),
         };
         core::mem::forget(self);
         Ok(id)
@@ -145,6 +147,9 @@ impl Drop for RawCmRequest {
 pub(crate) struct RawCmId {
     ptr: NonNull<cm::rdma_cm_id>,
     channel: Arc<RawCmChannel>,
+    /// ESTABLISHED seen, and neither side disconnected since: whoever
+    /// holds the id's queue pair disconnects it (once).
+    connected: AtomicBool,
 }
 
 // SAFETY: librdmacm ids may be used from any thread; the pointer is only
@@ -170,6 +175,7 @@ impl RawCmId {
         Ok(RawCmId {
             ptr,
             channel: channel.clone(),
+            connected: AtomicBool::new(false),
         })
     }
 
@@ -299,19 +305,39 @@ impl RawCmId {
         })
     }
 
+    /// Records ESTABLISHED.
+    pub(crate) fn set_connected(&self) {
+        self.connected.store(true, Ordering::Relaxed);
+    }
+
+    /// Records that the connection ended; true if it was up until now.
+    pub(crate) fn take_connected(&self) -> bool {
+        self.connected.swap(false, Ordering::Relaxed)
+    }
+
     /// `rdma_disconnect`: the id's QP (if it still has one) goes to ERR and
-    /// the peer sees DISCONNECTED.
+    /// the peer sees DISCONNECTED. Called by whoever holds the id's QP
+    /// (`CmConnection` reaches the id through its queue pair), so no other
+    /// thread is destroying that QP meanwhile.
     pub(crate) fn disconnect(&self) -> Result<(), Error> {
-        // SAFETY: live id; id->qp is live or NULL (forgotten when destroyed).
+        // SAFETY: live id; id->qp is live or NULL (cleared before the QP's
+        // destroy, `set_qp`).
         check_rc(site!("rdma_disconnect"), unsafe {
             cm::rdma_disconnect(self.ptr.as_ptr())
         })
     }
 
-    /// Makes the id forget its QP, which the crate has destroyed.
-    pub(crate) fn forget_qp(&self) {
-        // SAFETY: live id; only its `qp` pointer is cleared.
-        unsafe { cm::verbs_shim_cm_id_forget_qp(self.ptr.as_ptr()) }
+    /// Points the id at `qp`: NULL just before the crate destroys the
+    /// id's QP, the QP again if that destroy failed (it is then leaked,
+    /// alive). So id->qp is never a freed QP, even for an instant.
+    ///
+    /// # Safety
+    ///
+    /// `qp` is NULL or the live QP `rdma_create_qp` made on this id.
+    pub(crate) unsafe fn set_qp(&self, qp: *mut crate::sys::ibv_qp) {
+        // SAFETY: live id; only its `qp` pointer is written, with NULL or
+        // its own live QP (the caller's contract).
+        unsafe { cm::verbs_shim_cm_id_set_qp(self.ptr.as_ptr(), qp) }
     }
 }
 

@@ -177,6 +177,30 @@ impl RawCq {
         self.keep.0.as_ref().map(|c| c.fd())
     }
 
+    /// A descriptor of its own on the channel's open file (`F_DUPFD_CLOEXEC`):
+    /// readable when the channel is, open for as long as the caller keeps
+    /// it, whatever happens to this queue. For an event loop that requires
+    /// a descriptor it owns (tokio's `AsyncFd`).
+    #[cfg(feature = "std")]
+    pub(crate) fn dup_event_fd(&self) -> Result<Option<std::os::fd::OwnedFd>, Error> {
+        use std::os::fd::FromRawFd;
+        let Some(channel) = &self.keep.0 else {
+            return Ok(None);
+        };
+        // SAFETY: F_DUPFD_CLOEXEC on the live channel's descriptor makes a
+        // new descriptor or fails; it reads or writes no memory of ours.
+        let fd = unsafe { libc::fcntl(channel.fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(Error::os(
+                site!("fcntl(F_DUPFD_CLOEXEC) on the completion channel"),
+                errno(),
+            ));
+        }
+        // SAFETY: `fd` was just made by fcntl, is open, and nothing else
+        // owns it: the OwnedFd is its only owner and closes it once.
+        Ok(Some(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }))
+    }
+
     /// Sleeps until the channel has an event or `timeout_ms` passes, then
     /// reads every pending event (acknowledged in batches). Returns whether
     /// an event of this queue arrived.
@@ -190,6 +214,19 @@ impl RawCq {
         if !wait_readable(site!("poll(completion channel)"), channel.fd(), timeout_ms)? {
             return Ok(false);
         }
+        self.take_events()
+    }
+
+    /// Reads every event the channel holds without waiting (the channel
+    /// is non-blocking), acknowledging this queue's in batches and another
+    /// queue's at once. Returns whether an event of this queue was read.
+    pub(crate) fn take_events(&self) -> Result<bool, Error> {
+        let Some(channel) = &self.keep.0 else {
+            return Err(Error::invalid(site!(
+                "take completion events",
+                "the completion queue has no channel"
+            )));
+        };
         let mut mine = 0;
         loop {
             let mut cq = core::ptr::null_mut();

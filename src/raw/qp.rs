@@ -13,8 +13,8 @@ use super::ret::{check_ptr, check_rc, link, refused, PostFailed};
 use super::srq::RawSrq;
 
 /// Who destroys a queue pair besides `ibv_destroy_qp`: nobody, or the
-/// connection manager's id, which must outlive the QP and forget it once
-/// it is gone (so librdmacm never touches a freed QP).
+/// connection manager's id, which must outlive the QP and forget it before
+/// it is destroyed (so librdmacm never touches a freed QP).
 pub(crate) enum QpOwner {
     /// Created with `ibv_create_qp`.
     Verbs,
@@ -218,18 +218,36 @@ impl RawQp {
         result
     }
 
+    /// The connection manager's id this QP was made on, if any.
+    #[cfg(feature = "rdmacm")]
+    pub(crate) fn cm_id(&self) -> Option<&Arc<super::cm::RawCmId>> {
+        match &self.keep.owner {
+            QpOwner::Cm(id) => Some(id),
+            QpOwner::Verbs => None,
+        }
+    }
+
     /// `ibv_destroy_qp`, then (only on success) the release of what it kept
     /// alive. Called exactly once per handle: by `destroy` or by `Drop`.
+    /// An rdma_cm id forgets its QP before the destroy and gets it back if
+    /// the destroy fails, so the id never points at a freed QP.
     fn destroy_in_place(&mut self) -> Result<(), Error> {
+        #[cfg(feature = "rdmacm")]
+        if let QpOwner::Cm(id) = &self.keep.owner {
+            // SAFETY: NULL is always a valid id->qp.
+            unsafe { id.set_qp(core::ptr::null_mut()) };
+        }
         // SAFETY: live QP; this runs once per handle (see above).
         let rc = unsafe { sys::ibv_destroy_qp(self.ptr.as_ptr()) };
         if let Err(e) = check_rc(site!("ibv_destroy_qp"), rc) {
+            #[cfg(feature = "rdmacm")]
+            if let QpOwner::Cm(id) = &self.keep.owner {
+                // SAFETY: the QP made on this id, alive (leaked) after the
+                // failed destroy.
+                unsafe { id.set_qp(self.ptr.as_ptr()) };
+            }
             super::leak::count_leak();
             return Err(e);
-        }
-        #[cfg(feature = "rdmacm")]
-        if let QpOwner::Cm(id) = &self.keep.owner {
-            id.forget_qp();
         }
         // SAFETY: dropped once, here, after the QP is gone.
         unsafe { ManuallyDrop::drop(&mut self.keep) };

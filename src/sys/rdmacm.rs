@@ -116,10 +116,11 @@ extern_c! {
     "shim" "uint8_t verbs_shim_cm_id_port(struct rdma_cm_id *id)"
     /// `id->port_num`.
     pub fn verbs_shim_cm_id_port(id: *mut rdma_cm_id) -> u8;
-    "shim" "void verbs_shim_cm_id_forget_qp(struct rdma_cm_id *id)"
-    /// `id->qp = NULL`, after the crate destroyed the QP itself with
-    /// `ibv_destroy_qp` (whose failure, unlike `rdma_destroy_qp`'s, is seen).
-    pub fn verbs_shim_cm_id_forget_qp(id: *mut rdma_cm_id);
+    "shim" "void verbs_shim_cm_id_set_qp(struct rdma_cm_id *id, struct ibv_qp *qp)"
+    /// `id->qp = qp`: NULL before the crate destroys the QP itself with
+    /// `ibv_destroy_qp` (whose failure, unlike `rdma_destroy_qp`'s, is
+    /// seen), the QP again if that destroy failed.
+    pub fn verbs_shim_cm_id_set_qp(id: *mut rdma_cm_id, qp: *mut ibv_qp);
 
     "librdmacm" "struct rdma_event_channel *rdma_create_event_channel(void)"
     pub fn rdma_create_event_channel() -> *mut rdma_event_channel;

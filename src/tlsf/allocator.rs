@@ -128,6 +128,9 @@ pub struct Tlsf {
     pub(super) cache_depth: u32,
     /// log2 of the granule.
     pub(super) shift: u32,
+    /// Where the region starts, in granules ([`TlsfConfig::base`]): an
+    /// alignment is of `base + offset`.
+    pub(super) base_units: u64,
     /// Managed capacity in granules.
     pub(super) cap_units: u64,
     /// The bits of a handle that hold the node index: `2^k - 1` for the
@@ -179,6 +182,9 @@ impl Tlsf {
             return Err(invalid_config("max_blocks must be in 1..=MAX_BLOCKS_LIMIT"));
         }
         let shift = config.granule.trailing_zeros();
+        if config.base & (config.granule - 1) != 0 {
+            return Err(invalid_config("base must be a multiple of the granule"));
+        }
         let cap_units = capacity >> shift;
         if cap_units == 0 {
             return Err(invalid_config("capacity is smaller than one granule"));
@@ -210,6 +216,7 @@ impl Tlsf {
             cache: [CacheClass::EMPTY; CACHE_CLASSES],
             cache_depth: config.front_cache,
             shift,
+            base_units: config.base >> shift,
             cap_units,
             index_mask,
             unused_head: if n > 1 { 1 } else { NIL },

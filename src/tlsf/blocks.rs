@@ -79,12 +79,15 @@ impl Tlsf {
         Err(self.out_of_memory(size))
     }
 
-    /// Granules from the start of block `idx` to its first multiple of
-    /// `align_units`; `None` if that overflows.
+    /// Granules from the start of block `idx` to its first address (the
+    /// region's base plus the offset) that is a multiple of `align_units`;
+    /// `None` if that overflows.
     fn front_pad(&self, idx: u32, align_units: u64) -> Option<u64> {
-        let offset = self.nodes[idx as usize].offset;
         let mask = align_units - 1;
-        offset.checked_add(mask).map(|end| (end & !mask) - offset)
+        let at = self.nodes[idx as usize]
+            .offset
+            .checked_add(self.base_units & mask)?;
+        at.checked_add(mask).map(|end| (end & !mask) - at)
     }
 
     /// A free block of at least `units` granules, always the head of its

@@ -31,9 +31,9 @@
 //!   lost), and the tail likewise. If that over-sized search fails, the block
 //!   the plain-size search finds is checked once for an aligned fit. Both are
 //!   O(1); a separate bin structure per alignment or a list walk would not be.
-//!   Alignment is of the offset: the address is aligned as well when the
-//!   region's base is aligned at least as strictly (registered regions are
-//!   page aligned).
+//!   Alignment is of the address, the region's base
+//!   ([`TlsfConfig::base`]) plus the offset: a registered region starts on
+//!   a page, and a buffer aligned above one must still be.
 //! * **Metadata.** A node table of `max_blocks` block descriptors (offset,
 //!   size, state, physical neighbours, free-list links, generation, and a
 //!   free block's bin), allocated once; unused slots form an intrusive stack.

@@ -244,6 +244,27 @@ fn alignment_up_to_the_whole_region() {
 }
 
 #[test]
+fn alignment_is_of_the_base_plus_the_offset() {
+    // A region at 0x1000 (a page, not two): 8 KiB alignment is offset 0x1000.
+    let mut t = Tlsf::new(1 << 16, defaults().with_base(0x1000)).unwrap();
+    let a = t.alloc(100, 8192).unwrap();
+    assert_eq!(a.offset, 0x1000);
+    // Up to the granule the base does not matter, and the padding is free.
+    let b = t.alloc(64, 64).unwrap();
+    assert_eq!(b.offset, 0);
+    checked(&t);
+    // Aligned to the whole address space: no address in the region is.
+    assert!(matches!(
+        t.alloc(64, 1 << 63),
+        Err(TlsfError::OutOfMemory { .. })
+    ));
+    assert!(matches!(
+        Tlsf::new(1 << 16, defaults().with_base(0x1020)),
+        Err(TlsfError::InvalidConfig { .. })
+    ));
+}
+
+#[test]
 fn small_alignment_is_free() {
     let mut t = Tlsf::new(4096, cfg(64, 8)).unwrap();
     for align in [1, 2, 4, 8, 16, 32, 64] {

@@ -19,6 +19,11 @@ pub struct TlsfConfig {
     /// next request of that size (0, the default: no cache). See the
     /// [module documentation](super#front-cache).
     pub front_cache: u32,
+    /// Where the region starts (an address; a multiple of the granule, 0
+    /// by default): an allocation's alignment is of `base + offset`, so a
+    /// region that starts on a page still gives addresses aligned above
+    /// one.
+    pub base: u64,
 }
 
 impl Default for TlsfConfig {
@@ -35,6 +40,7 @@ impl TlsfConfig {
             granule: DEFAULT_GRANULE,
             max_blocks: DEFAULT_MAX_BLOCKS,
             front_cache: 0,
+            base: 0,
         }
     }
 
@@ -49,6 +55,14 @@ impl TlsfConfig {
     #[must_use]
     pub const fn with_max_blocks(mut self, max_blocks: u32) -> Self {
         self.max_blocks = max_blocks;
+        self
+    }
+
+    /// Sets where the region starts (a multiple of the granule, checked by
+    /// [`Tlsf::new`](super::Tlsf::new)).
+    #[must_use]
+    pub const fn with_base(mut self, base: u64) -> Self {
+        self.base = base;
         self
     }
 
@@ -78,8 +92,9 @@ impl TlsfConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[must_use = "an Allocation must be given back with Tlsf::free, or its range leaks"]
 pub struct Allocation {
-    /// Start of the range, in bytes from the start of the region; a multiple
-    /// of both the granule and the requested alignment.
+    /// Start of the range, in bytes from the start of the region: a multiple
+    /// of the granule, and the region's base ([`TlsfConfig::base`]) plus it
+    /// a multiple of the requested alignment.
     pub offset: u64,
     /// The size that was asked for, in bytes. The block reserved behind it is
     /// this rounded up to the granule (that is what [`Stats::in_use`] counts);

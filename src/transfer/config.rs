@@ -7,9 +7,10 @@ use alloc::vec::Vec;
 use core::time::Duration;
 
 use crate::endpoint::{Endpoint, RemoteRegion};
-use crate::engine::{Engine, QpConfig};
+use crate::engine::{Provider, QpConfig, Verbs};
 
 use super::bound::PathOptions;
+use super::device::PlaneEngine;
 
 /// The one-sided operation every chunk is.
 ///
@@ -57,6 +58,10 @@ pub struct TransferConfig {
     /// plane's paths on `PORT_ERR` (the events are consumed: another
     /// reader of the same contexts would miss them).
     pub port_events: bool,
+    /// Events kept for [`super::Transfer::trace`] (every post with its
+    /// PSNs, completion, failure, reset and connection); 0, the default,
+    /// keeps none. The room is taken once, in `Transfer::new`.
+    pub trace: usize,
 }
 
 impl Default for TransferConfig {
@@ -72,6 +77,7 @@ impl Default for TransferConfig {
             readmit: true,
             qp: QpConfig::default(),
             port_events: true,
+            trace: 0,
         }
     }
 }
@@ -104,9 +110,9 @@ impl TransferConfig {
 /// the caller fills every plane's buffers; for a Read,
 /// [`super::Transfer::placement`] says which plane's buffer holds a
 /// chunk's bytes (and for a Write, which plane's remote region).
-pub struct Plane<B> {
-    /// The engine holding this plane's paths.
-    pub engine: Engine<B>,
+pub struct Plane<B, P: Provider = Verbs> {
+    /// The engine holding this plane's paths: the transfer's alone.
+    pub engine: PlaneEngine<B, P>,
     /// The port the paths use (read when deciding whether to probe).
     pub port: u8,
     /// Chunk `c`'s local buffer, at least `chunk_range(c).1` bytes.

@@ -11,15 +11,20 @@
 //! - `config`: what a transfer is given ([`TransferConfig`], [`Plane`],
 //!   [`PeerControl`]) and why only Writes and Reads ([`TransferOp`]).
 //! - `chunks`: where every chunk is; `path`: what a path may do and did.
-//! - `spray`: posting and settling completions; `readmit`: the watchdog,
+//! - `device`: a plane's engine ([`PlaneEngine`]) and its control path.
+//! - `spray`: posting and polling; `settle`: what a completion settles; `trace`: what it did,
+//!   when asked; `readmit`: the watchdog,
 //!   port events, reset, probe and re-admission, and the step loop.
 //!
 //! # Shape
 //!
-//! One [`Engine`](crate::engine::Engine) per device (a *plane*), because an
-//! engine's queue pairs share one completion queue and protection domain,
-//! and both belong to one device context. The transfer owns the planes'
-//! engines and polls them in turn from one thread: [`Transfer::step`]
+//! One engine per device (a *plane*), because an engine's queue pairs
+//! share one completion queue and protection domain, and both belong to
+//! one device context. It is a [`PlaneEngine`]: made empty, its paths
+//! added and connected by the caller, posted on and polled by the
+//! transfer alone, so every completion is one of the transfer's own
+//! posts. The transfer owns the planes' engines and polls them in turn
+//! from one thread: [`Transfer::step`]
 //! posts, polls every plane once, and handles failures;
 //! [`Transfer::run`] steps to the end. Between steps,
 //! [`Transfer::progress`] and [`Transfer::paths`] show the bytes, rate,
@@ -60,12 +65,23 @@
 mod bound;
 mod chunks;
 mod config;
+mod device;
+#[cfg(test)]
+mod failures;
 mod path;
 mod readmit;
+#[cfg(test)]
+mod replay;
+mod settle;
+#[cfg(test)]
+mod sim;
 mod spray;
+mod trace;
 
 pub use bound::{DetectionBound, PathOptions, RetryPolicy};
 pub use chunks::{ChunkState, ChunkTable};
 pub use config::{NoPeerControl, PeerControl, Plane, TransferConfig, TransferOp};
+pub use device::PlaneEngine;
 pub use path::{FailCause, PathState, PathStats};
 pub use spray::{Progress, Step, Transfer};
+pub use trace::{TraceEvent, TraceKind};

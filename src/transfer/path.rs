@@ -97,6 +97,13 @@ pub(crate) struct Path {
     pub failed_at: Option<Instant>,
     /// Set by a completion that failed it; the step resets it after polling.
     pub failing: bool,
+    /// The queue pair's number, its connections so far (0: the one the
+    /// path was given), its path MTU in bytes, and the PSN its next
+    /// request starts at (for the trace).
+    pub qpn: u32,
+    pub generation: u32,
+    pub mtu: u32,
+    pub next_psn: u32,
     rate_window_start: Instant,
     rate_window_bytes: u64,
 }
@@ -127,6 +134,10 @@ impl Path {
             backoff: Duration::ZERO,
             failed_at: None,
             failing: false,
+            qpn: 0,
+            generation: 0,
+            mtu: 1024,
+            next_psn: 0,
             rate_window_start: now,
             rate_window_bytes: 0,
         }

@@ -5,17 +5,20 @@
 
 use std::time::{Duration, Instant};
 
-use crate::device::PortState;
-use crate::endpoint::Endpoint;
+use crate::engine::{Engine, Provider};
 use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
 use crate::sys::ibv_event_type as Event;
 use crate::time::Deadline;
 use crate::wr::{RemoteSlice, SendOp, SendRequest};
 
-use super::config::{PeerControl, Plane};
+use super::chunks::ChunkState;
+use super::config::PeerControl;
+use super::device::PlaneDevice;
 use super::path::{FailCause, PathState};
-use super::spray::{probe_tag, settle, Step, Transfer};
+use super::settle::probe_tag;
+use super::spray::{Step, Transfer};
+use super::trace::TraceKind;
 
 /// How often the planes' asynchronous events are read (a system call each).
 const EVENT_CHECK: Duration = Duration::from_millis(10);
@@ -29,7 +32,10 @@ const RESET_SETTLE: Duration = Duration::from_millis(500);
 /// got no time to complete anything is not dead.
 const STEP_GAP_MAX: Duration = Duration::from_millis(50);
 
-impl<B: NicBuf> Transfer<B> {
+impl<B: NicBuf, P: Provider> Transfer<B, P>
+where
+    Engine<B, P>: PlaneDevice<B, P>,
+{
     /// One round: posts waiting chunks on the paths that are up, polls
     /// every plane once, then fails stalled paths (and those on a plane
     /// that reported `PORT_ERR`), resets failed paths (their chunks wait
@@ -86,7 +92,7 @@ impl<B: NicBuf> Transfer<B> {
         deadline: Deadline,
         idle: Duration,
         tick: Duration,
-        mut on_tick: impl FnMut(&Transfer<B>),
+        mut on_tick: impl FnMut(&Transfer<B, P>),
     ) -> Result<(), Error> {
         let mut last_tick = Instant::now();
         loop {
@@ -136,14 +142,14 @@ impl<B: NicBuf> Transfer<B> {
     /// `PORT_ACTIVE` makes its failed paths due for a probe.
     fn read_port_events(&mut self, now: Instant) -> Result<(), Error> {
         for p in 0..self.planes.len() {
-            while let Some(ev) = self.planes[p].engine.context().next_async_event(0)? {
+            while let Some(event) = self.planes[p].engine.0.next_port_event()? {
                 let plane = p as u16;
-                if ev.event_type == Event::PORT_ERR {
+                if event == Event::PORT_ERR {
                     self.port_err_at[p] = Some(now);
                     for path in self.paths.iter_mut().filter(|x| x.stats.plane == plane) {
                         path.fail(FailCause::PortError);
                     }
-                } else if ev.event_type == Event::PORT_ACTIVE {
+                } else if event == Event::PORT_ACTIVE {
                     self.port_active_at[p] = Some(now);
                     for path in self.paths.iter_mut().filter(|x| x.stats.plane == plane) {
                         path.next_probe = now;
@@ -157,34 +163,47 @@ impl<B: NicBuf> Transfer<B> {
     /// Resets every path marked failing: ERR flushes what it held (each
     /// chunk waits again, its buffer back in its slot), RESET and INIT make
     /// it inert (packets still arriving for it are dropped). It is then
-    /// down until its next probe replaces it.
+    /// down until its next probe replaces it. A queue pair that cannot be
+    /// reset is destroyed instead, which hands its requests back the same
+    /// way; one that cannot be destroyed either is leaked with them (see
+    /// `strand`).
     fn reset_failed(&mut self, now: Instant) -> Result<(), Error> {
         for index in 0..self.paths.len() {
             if !self.paths[index].failing {
                 continue;
             }
-            let (plane, qp) = {
-                let s = &self.paths[index].stats;
-                (s.plane, s.qp)
-            };
-            let config = &self.config;
-            let Plane { engine, bufs, .. } = &mut self.planes[usize::from(plane)];
-            let (chunks, paths) = (&mut self.chunks, &mut self.paths);
-            let reset = engine.reset(qp, Deadline::after(RESET_SETTLE), |c| {
-                // Other paths of this engine complete meanwhile: same rules.
-                let from = c.qp().and_then(|q| paths.iter().find(|p| p.stats.qp == q));
-                let from_plane = from.map_or(plane, |p| p.stats.plane);
-                settle(c, from_plane, config, bufs, chunks, paths)
-            });
-            let path = &mut self.paths[index];
-            if reset.is_err() {
-                // Its buffers stay with the queue pair; its chunks go out
-                // on other planes (their buffers here are gone).
-                for c in 0..self.chunks.len() {
-                    self.chunks.lost(c, index as u16);
+            let (plane, qp, held) = {
+                let path = &self.paths[index];
+                let s = &path.stats;
+                if let Some(cause) = s.last_cause {
+                    let kind = TraceKind::Failed { cause };
+                    self.trace
+                        .record(index as u16, path.generation, path.qpn, kind);
                 }
+                (s.plane, s.qp, s.in_flight)
+            };
+            let (engine, mut to) = self.settle_on(usize::from(plane));
+            // Other paths of this engine complete meanwhile: same rules.
+            let reset = engine.reset_qp(qp, Deadline::after(RESET_SETTLE), |c| to.settle(c, plane));
+            // A queue pair that could not be reset may still hold requests:
+            // destroyed, it hands them back as flushed, and they wait again
+            // like any failed path's (the next probe makes a fresh one).
+            let kept = match reset {
+                Ok(()) => Ok(()),
+                Err(_) => engine.remove_qp_with(qp, |c| to.settle(c, plane)),
+            };
+            let path = &mut self.paths[index];
+            let ok = reset.is_ok();
+            let kind = TraceKind::Reset { ok, held };
+            self.trace
+                .record(index as u16, path.generation, path.qpn, kind);
+            if !ok {
                 path.next_probe = now + self.config.probe_backoff_max;
             }
+            if let Err(leaked) = kept {
+                self.strand(index as u16, leaked)?;
+            }
+            let path = &mut self.paths[index];
             if path.stats.state == PathState::Probing {
                 path.stats.failed_probes += 1;
             } else {
@@ -206,6 +225,30 @@ impl<B: NicBuf> Transfer<B> {
         Ok(())
     }
 
+    /// Path `path`'s queue pair was leaked (its reset and its destroy
+    /// failed) with the buffers of the chunks in flight on it: those
+    /// chunks wait again for a plane that still holds a buffer of them
+    /// (`post_one` passes over the others). A chunk no plane holds a
+    /// buffer of can never be sent: the transfer fails now, with the
+    /// destroy's error, rather than at its deadline.
+    fn strand(&mut self, path: u16, leaked: Error) -> Result<(), Error> {
+        let mut carried = true;
+        for c in 0..self.chunks.len() {
+            if self.chunks.state(c) == ChunkState::InFlight(path) {
+                self.chunks.lost(c, path);
+                carried &= self.planes.iter().any(|p| p.bufs[c].is_some());
+            }
+        }
+        if carried {
+            return Ok(());
+        }
+        Err(leaked.leaked(site!(
+            "Transfer::step",
+            "a path's queue pair could be neither reset nor destroyed, and was leaked with the only buffers of chunks in flight on it: they can never be sent",
+            "the errno is the destroy's; Transfer::paths shows the path (and why it failed)"
+        )))
+    }
+
     /// Probes every down path whose time has come and whose port is
     /// active: its queue pair is replaced by a fresh one, the peer replaces
     /// and connects its end, this end connects to the peer's new endpoint, and a zero-length RDMA Write (no
@@ -219,28 +262,23 @@ impl<B: NicBuf> Transfer<B> {
             }
             let (plane, qp) = (usize::from(path.stats.plane), path.stats.qp);
             let port = self.planes[plane].port;
-            let active = self.planes[plane]
-                .engine
-                .context()
-                .query_port(port)
-                .is_ok_and(|a| a.state() == PortState::ACTIVE);
+            let active = self.planes[plane].engine.0.port_active(port);
             let peer = if active {
                 // A fresh queue pair: see `PeerControl` for why not the old one.
-                let engine = &mut self.planes[plane].engine;
+                let engine = &mut self.planes[plane].engine.0;
                 // The old one holds nothing (reset; or removed by an earlier
                 // try); a failed destroy leaks it. Removed first, so its
                 // completion queue room goes to the new one.
                 let _ = engine.remove_qp(qp);
-                let fresh = engine.add_qp(&self.config.qp)?;
+                let (fresh, ours) = engine.fresh_qp(&self.config.qp)?;
                 self.paths[index].stats.qp = fresh;
-                let ours: Endpoint = engine.endpoint(fresh)?;
-                control.reconnect(index, &ours)
+                control.reconnect(index, &ours).map(|peer| (ours, peer))
             } else {
                 None
             };
             let qp = self.paths[index].stats.qp;
             let path = &mut self.paths[index];
-            let Some(peer) = peer else {
+            let Some((ours, peer)) = peer else {
                 // The port is down or the peer could not answer: later.
                 path.stats.failed_probes += u32::from(active);
                 path.backoff = (path.backoff * 2).min(self.config.probe_backoff_max);
@@ -249,10 +287,29 @@ impl<B: NicBuf> Transfer<B> {
             };
             let options = self.config.paths.connect_options(index);
             let plane = &mut self.planes[plane];
+            let trace = &mut self.trace;
             let probe = RemoteSlice::new(&plane.remote, 0, 0).and_then(|target| {
-                plane.engine.connect_with(qp, &peer, &options)?;
+                path.mtu = plane.engine.0.connect_qp(qp, &peer, &options)?;
+                path.generation += 1;
+                path.qpn = ours.qpn;
+                let kind = TraceKind::Connected {
+                    psn: ours.psn,
+                    peer_qpn: peer.qpn,
+                    peer_psn: peer.psn,
+                    mtu: path.mtu,
+                };
+                trace.record(index as u16, path.generation, path.qpn, kind);
                 let req = SendRequest::empty(SendOp::Write(target)).tag(probe_tag(index));
-                plane.engine.post_send(qp, req).map_err(|e| e.error)
+                plane.engine.0.post_send(qp, req).map_err(|e| e.error)?;
+                let psn = ours.psn;
+                path.next_psn = (psn + 1) & crate::endpoint::MAX_PSN;
+                trace.record(
+                    index as u16,
+                    path.generation,
+                    path.qpn,
+                    TraceKind::Probe { psn },
+                );
+                Ok(())
             });
             path.stats.state = PathState::Probing;
             path.silent = Duration::ZERO;

@@ -6,30 +6,19 @@
 use alloc::vec::Vec;
 use std::time::{Duration, Instant};
 
-use crate::engine::{CompletionRef, QpId};
+use crate::engine::{Engine, Provider, QpId, Verbs};
 use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
 use crate::sgl::Local;
-use crate::sys::ibv_wc_status as WcStatus;
 use crate::wr::{RemoteSlice, SendOp, SendRequest};
 
 use super::bound::DetectionBound;
 use super::chunks::ChunkTable;
 use super::config::{Plane, TransferConfig, TransferOp};
+use super::device::PlaneDevice;
 use super::path::{FailCause, Path, PathState, PathStats};
-
-/// A tag's bit marking a probe (no chunk, no buffer).
-pub(crate) const PROBE: u64 = 1 << 63;
-
-/// The work request tag of chunk `chunk` on `path`.
-fn chunk_tag(path: usize, chunk: usize) -> u64 {
-    ((path as u64) << 32) | chunk as u64
-}
-
-/// The tag of `path`'s probe.
-pub(crate) fn probe_tag(path: usize) -> u64 {
-    PROBE | ((path as u64) << 32)
-}
+use super::settle::{chunk_tag, Settle};
+use super::trace::{packets, Trace, TraceEvent, TraceKind};
 
 /// What one step did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,9 +53,9 @@ pub struct Progress {
 }
 
 /// One logical transfer sprayed over several paths. See the module docs.
-pub struct Transfer<B: NicBuf> {
+pub struct Transfer<B: NicBuf, P: Provider = Verbs> {
     pub(crate) config: TransferConfig,
-    pub(crate) planes: Vec<Plane<B>>,
+    pub(crate) planes: Vec<Plane<B, P>>,
     pub(crate) paths: Vec<Path>,
     pub(crate) chunks: ChunkTable,
     pub(crate) bound: DetectionBound,
@@ -82,18 +71,22 @@ pub struct Transfer<B: NicBuf> {
     /// anything (the watchdog's view of a transfer silent as a whole).
     pub(crate) last_step: Instant,
     pub(crate) all_silent: Duration,
+    pub(crate) trace: Trace,
 }
 
-impl<B: NicBuf> Transfer<B> {
+impl<B: NicBuf, P: Provider> Transfer<B, P>
+where
+    Engine<B, P>: PlaneDevice<B, P>,
+{
     /// A transfer over `paths`, each a queue pair of `planes[plane]`'s
     /// engine, already connected with
     /// `config.paths.connect_options(index)`. Checks the buffers, regions
     /// and queue depths before anything is posted.
     pub fn new(
-        planes: Vec<Plane<B>>,
+        planes: Vec<Plane<B, P>>,
         paths: &[(u16, QpId)],
         config: TransferConfig,
-    ) -> Result<Transfer<B>, Error> {
+    ) -> Result<Transfer<B, P>, Error> {
         config.paths.retry.validate()?;
         let count = config.chunks();
         if config.chunk_len == 0 || config.depth == 0 || paths.is_empty() {
@@ -127,6 +120,24 @@ impl<B: NicBuf> Transfer<B> {
                 }
             }
         }
+        // A plane's engine is made empty (`PlaneEngine::new`) and only
+        // the transfer posts on it: nothing may be in flight yet.
+        for plane in &planes {
+            let engine = &plane.engine.0;
+            if engine.srq_posted() != 0
+                || engine
+                    .qps()
+                    .any(|q| engine.in_flight(q).ok() != Some((0, 0)))
+            {
+                return Err(Error::new(
+                    site!(
+                        "Transfer::new",
+                        "a plane's engine holds requests the transfer did not post"
+                    ),
+                    ErrorKind::BadState,
+                ));
+            }
+        }
         if config.qp.max_send_wr <= config.depth {
             return Err(Error::invalid(site!(
                 "Transfer::new",
@@ -142,7 +153,8 @@ impl<B: NicBuf> Transfer<B> {
                     "Transfer::new",
                     "a path names no plane"
                 )))?
-                .engine;
+                .engine
+                .0;
             // The chunks in flight and the probe must fit the send queue.
             if engine.caps(qp)?.max_send_wr <= config.depth {
                 return Err(Error::new(
@@ -154,7 +166,19 @@ impl<B: NicBuf> Transfer<B> {
                     ErrorKind::QueueFull,
                 ));
             }
-            built.push(Path::new(plane, qp, config.paths.flow_label(i), now));
+            let mut path = Path::new(plane, qp, config.paths.flow_label(i), now);
+            (path.qpn, path.next_psn, path.mtu) = engine.describe(qp)?;
+            built.push(path);
+        }
+        let mut trace = Trace::new(config.trace, now);
+        for (i, p) in built.iter().enumerate() {
+            let kind = TraceKind::Connected {
+                psn: p.next_psn,
+                peer_qpn: 0,
+                peer_psn: 0,
+                mtu: p.mtu,
+            };
+            trace.record(i as u16, 0, p.qpn, kind);
         }
         let n = planes.len();
         Ok(Transfer {
@@ -172,6 +196,7 @@ impl<B: NicBuf> Transfer<B> {
             last_event_check: now,
             last_step: now,
             all_silent: Duration::ZERO,
+            trace,
         })
     }
 
@@ -208,7 +233,8 @@ impl<B: NicBuf> Transfer<B> {
         };
         let plane = &mut self.planes[usize::from(path.stats.plane)];
         let Some(buf) = plane.bufs[c].take() else {
-            // Lost with a queue pair whose reset failed: other planes carry it.
+            // Leaked with a queue pair that could be neither reset nor
+            // destroyed (`strand`): another plane carries it.
             self.chunks.put_back(c);
             return false;
         };
@@ -230,12 +256,22 @@ impl<B: NicBuf> Transfer<B> {
             TransferOp::Read => SendOp::Read(remote),
         };
         let req = SendRequest::new(op, local).tag(chunk_tag(index, c));
-        match plane.engine.post_send(path.stats.qp, req) {
+        match plane.engine.0.post_send(path.stats.qp, req) {
             Ok(()) => {
                 if path.stats.in_flight == 0 {
                     // The watchdog counts from the first post into an idle path.
                     path.silent = Duration::ZERO;
                 }
+                let first = path.next_psn;
+                path.next_psn = (first + packets(len, path.mtu)) & crate::endpoint::MAX_PSN;
+                let last = path.next_psn.wrapping_sub(1) & crate::endpoint::MAX_PSN;
+                let kind = TraceKind::Posted {
+                    chunk: c as u32,
+                    first,
+                    last,
+                };
+                self.trace
+                    .record(index as u16, path.generation, path.qpn, kind);
                 path.stats.in_flight += 1;
                 if self.chunks.posted(c, index as u16) {
                     path.stats.resent_chunks += 1;
@@ -255,13 +291,30 @@ impl<B: NicBuf> Transfer<B> {
     /// Polls every plane's engine once; returns the completions settled.
     pub(crate) fn poll(&mut self) -> Result<usize, Error> {
         let mut settled = 0;
-        let config = &self.config;
-        for (p, plane) in self.planes.iter_mut().enumerate() {
-            let Plane { engine, bufs, .. } = plane;
-            let (chunks, paths) = (&mut self.chunks, &mut self.paths);
-            settled += engine.poll(|c| settle(c, p as u16, config, bufs, chunks, paths))?;
+        for p in 0..self.planes.len() {
+            let (engine, mut to) = self.settle_on(p);
+            settled += engine.poll(|c| to.settle(c, p as u16))?;
         }
         Ok(settled)
+    }
+
+    /// Plane `p`'s engine, and where its completions settle.
+    pub(crate) fn settle_on(&mut self, p: usize) -> (&mut Engine<B, P>, Settle<'_, B>) {
+        let Plane { engine, bufs, .. } = &mut self.planes[p];
+        let to = Settle {
+            config: &self.config,
+            bufs,
+            chunks: &mut self.chunks,
+            paths: &mut self.paths,
+            trace: &mut self.trace,
+        };
+        (&mut engine.0, to)
+    }
+
+    /// What the transfer traced (see [`TransferConfig::trace`]), and how
+    /// many events did not fit.
+    pub fn trace(&self) -> (&[TraceEvent], u64) {
+        self.trace.events()
     }
 
     /// The detection bound the paths were connected for.
@@ -330,12 +383,12 @@ impl<B: NicBuf> Transfer<B> {
     }
 
     /// The planes, with their engines and buffers (all back once done).
-    pub fn planes(&self) -> &[Plane<B>] {
+    pub fn planes(&self) -> &[Plane<B, P>] {
         &self.planes
     }
 
     /// Ends the transfer, giving the planes back.
-    pub fn into_planes(self) -> Vec<Plane<B>> {
+    pub fn into_planes(self) -> Vec<Plane<B, P>> {
         self.planes
     }
 
@@ -357,60 +410,4 @@ impl<B: NicBuf> Transfer<B> {
 #[cold]
 fn unreachable_checked_range() -> ! {
     unreachable!("chunk ranges were checked against the regions in Transfer::new")
-}
-
-/// Settles one completion of plane `plane`'s engine: a chunk's buffer goes
-/// back to its slot; a success completes the chunk, a failure (or flush)
-/// queues it again and fails its path; a probe's success re-admits its path.
-pub(crate) fn settle<B: NicBuf>(
-    mut c: CompletionRef<'_, B>,
-    plane: u16,
-    config: &TransferConfig,
-    bufs: &mut [Option<B>],
-    chunks: &mut ChunkTable,
-    paths: &mut [Path],
-) {
-    let tag = c.tag();
-    let ok = c.status() == WcStatus::SUCCESS;
-    let Some(path) = paths.get_mut(((tag >> 32) & 0xFFFF) as usize) else {
-        return;
-    };
-    if path.stats.plane != plane {
-        return;
-    }
-    if tag & PROBE != 0 {
-        if path.stats.state == PathState::Probing {
-            if ok && !path.failing {
-                path.stats.state = PathState::Up;
-                path.stats.readmissions += 1;
-                path.backoff = Duration::ZERO;
-                path.silent = Duration::ZERO;
-            } else {
-                path.fail(FailCause::ProbeFailed);
-            }
-        }
-        return;
-    }
-    let index = ((tag >> 32) & 0xFFFF) as u16;
-    let chunk = (tag & 0xFFFF_FFFF) as usize;
-    if chunk >= bufs.len() {
-        return;
-    }
-    if let Some(buf) = c.take_buf() {
-        bufs[chunk] = Some(buf);
-    }
-    path.stats.in_flight = path.stats.in_flight.saturating_sub(1);
-    if ok {
-        if chunks.completed(chunk, index, plane) {
-            path.completed(config.chunk_range(chunk).1);
-        }
-    } else {
-        chunks.lost(chunk, index);
-        let status = c.status();
-        path.fail(if status == WcStatus::WR_FLUSH_ERR {
-            FailCause::Flushed
-        } else {
-            FailCause::Completion(status)
-        });
-    }
 }

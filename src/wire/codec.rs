@@ -207,7 +207,7 @@ mod tests {
 
     #[test]
     fn refusals_both_ways() {
-        for qpn in [0, 1] {
+        for qpn in [0, 1, 0xFF_FFFF] {
             let mut ep = sample();
             ep.qpn = qpn;
             let msg = Message::reply(ep);

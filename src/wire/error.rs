@@ -30,7 +30,8 @@ pub enum WireError {
     /// The kind byte is neither a hello (1) nor a reply (2).
     BadKind(u8),
     /// The endpoint names QPN 0 or 1, the special queue pairs (SMI and
-    /// GSI) that no reliable-connected peer can have.
+    /// GSI), or `0xFFFFFF`, the multicast QPN: no reliable-connected peer
+    /// can have them.
     ReservedQpn(u32),
     /// The lengths disagree or a field is out of range; says which.
     Inconsistent(&'static str),
@@ -74,7 +75,8 @@ impl fmt::Display for WireError {
             }
             WireError::ReservedQpn(qpn) => write!(
                 f,
-                "qpn {qpn} is reserved (0 is SMI, 1 is GSI): no reliable-connected peer has it"
+                "qpn {qpn} is reserved (0 is SMI, 1 is GSI, 16777215 = 0xffffff is multicast): \
+                 no reliable-connected peer has it"
             ),
             WireError::Inconsistent(what) => write!(f, "inconsistent endpoint message: {what}"),
             WireError::BufferTooSmall { needed, got } => {
@@ -107,7 +109,14 @@ mod tests {
         let binary = WireError::BadMagic(0x00ff_0a41).to_string();
         assert!(binary.contains(r"(\x00\xff\nA)"), "{binary}");
         assert!(WireError::BadVersion(1).to_string().contains("expected 2"));
-        assert!(WireError::ReservedQpn(1).to_string().contains("qpn 1"));
+        assert!(WireError::ReservedQpn(1)
+            .to_string()
+            .contains("qpn 1 is reserved"));
+        let multicast = WireError::ReservedQpn(0xFF_FFFF).to_string();
+        assert!(
+            multicast.contains("qpn 16777215 is reserved"),
+            "{multicast}"
+        );
         assert!(WireError::BadKind(9).to_string().contains("kind 9"));
     }
 }

@@ -3,7 +3,7 @@
 use crate::endpoint::Endpoint;
 
 use super::error::WireError;
-use super::layout::MIN_PEER_QPN;
+use super::layout::is_peer_qpn;
 use super::token::Token;
 
 /// Which way a message travels.
@@ -65,10 +65,11 @@ impl Message {
     /// What both [`super::encode`] and [`super::decode`] require: the endpoint passes
     /// [`Endpoint::validate`] (24-bit QPN and PSN, known MTU, at most
     /// [`crate::endpoint::MAX_REGIONS`] regions none of which wraps around), its QPN is
-    /// at least [`MIN_PEER_QPN`], and a reply carries no token.
+    /// one a peer can have ([`super::MIN_PEER_QPN`]`..=`[`super::MAX_PEER_QPN`]), and a
+    /// reply carries no token.
     pub fn validate(&self) -> Result<(), WireError> {
         self.endpoint.validate()?;
-        if self.endpoint.qpn < MIN_PEER_QPN {
+        if !is_peer_qpn(self.endpoint.qpn) {
             return Err(WireError::ReservedQpn(self.endpoint.qpn));
         }
         if self.kind == Kind::Reply && self.token.is_some() {

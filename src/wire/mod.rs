@@ -31,7 +31,7 @@
 //! | 8             | 2    | region count `n`, `0..=64`                   |
 //! | 10            | 4    | body length, exactly `t + 28 + 20 × n`       |
 //! | 14            | t    | token (hello only)                           |
-//! | 14 + t        | 4    | qpn: 24 bits, neither 0 nor 1                |
+//! | 14 + t        | 4    | qpn: 24 bits, not 0, 1 or `0xffffff`         |
 //! | 18 + t        | 4    | psn (top 8 bits zero)                        |
 //! | 22 + t        | 2    | lid                                          |
 //! | 24 + t        | 2    | mtu code (`enum ibv_mtu`, `1..=5`)           |
@@ -66,8 +66,8 @@ pub use codec::{decode, encode, encode_into, encoded_len};
 pub use error::WireError;
 pub use header::{check_prefix, parse_header, Header};
 pub use layout::{
-    body_len_for, header_len, BODY_FIXED_LEN, HEADER_LEN, MAGIC, MAX_BODY_LEN, MAX_MESSAGE_LEN,
-    MAX_TOKEN_LEN, MIN_PEER_QPN, REGION_LEN, VERSION,
+    body_len_for, header_len, is_peer_qpn, BODY_FIXED_LEN, HEADER_LEN, MAGIC, MAX_BODY_LEN,
+    MAX_MESSAGE_LEN, MAX_PEER_QPN, MAX_TOKEN_LEN, MIN_PEER_QPN, REGION_LEN, VERSION,
 };
 pub use message::{Kind, Message};
 pub use token::Token;

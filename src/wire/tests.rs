@@ -51,7 +51,7 @@ fn round_trip_edges() {
     assert_eq!(encode(&msg).unwrap().len(), HEADER_LEN + 28);
     assert_eq!(decode(&encode(&msg).unwrap()).unwrap(), msg);
     let ep = &mut msg.endpoint;
-    ep.qpn = 0xff_ffff;
+    ep.qpn = MAX_PEER_QPN;
     ep.psn = 0xff_ffff;
     ep.lid = u16::MAX;
     ep.gid = Gid::from_raw([0xff; 16]);
@@ -165,7 +165,7 @@ fn inconsistent_fields() {
         inconsistent(edit(&|b| b[55..63].copy_from_slice(&u64::MAX.to_be_bytes()))),
         "region overflow"
     );
-    for qpn in [0u32, 1] {
+    for qpn in [0u32, 1, 0xFF_FFFF] {
         let r = edit(&|b| b[19..23].copy_from_slice(&qpn.to_be_bytes()));
         assert_eq!(r, Err(WireError::ReservedQpn(qpn)));
     }

@@ -39,7 +39,7 @@
 use alloc::vec;
 
 use super::error::WireError;
-use super::layout::MIN_PEER_QPN;
+use super::layout::is_peer_qpn;
 use crate::endpoint::{Endpoint, Mtu, RemoteRegion, MAX_QPN};
 use crate::gid::Gid;
 
@@ -116,13 +116,13 @@ impl ConnInfo {
     }
 
     /// The primer's view of `ep`. Refuses what the format cannot say:
-    /// `ep` must be valid with a QPN of at least [`MIN_PEER_QPN`], have
+    /// `ep` must be valid with a QPN a peer can have ([`super::MIN_PEER_QPN`]`..=`[`super::MAX_PEER_QPN`]), have
     /// PSN 0 and MTU 1024 (the primer's hard-coded values, which its peer
     /// will assume), and share exactly one region — whose length is
     /// dropped, as the format has no field for it.
     pub fn from_endpoint(ep: &Endpoint) -> Result<Self, WireError> {
         ep.validate()?;
-        if ep.qpn < MIN_PEER_QPN {
+        if !is_peer_qpn(ep.qpn) {
             return Err(WireError::ReservedQpn(ep.qpn));
         }
         if ep.psn != 0 {
@@ -154,7 +154,7 @@ impl ConnInfo {
     /// `region_len` bytes at `addr` — the length is not on the wire, so
     /// the caller supplies what it knows out of band
     /// ([`TUTORIAL_BUF_SIZE`] for the primer). Fails when the QPN is wider
-    /// than 24 bits or is 0 or 1 (no RC peer has those), the LID is wider
+    /// than 24 bits or is 0, 1 or `0xFFFFFF` (no RC peer has those), the LID is wider
     /// than 16 bits, or `addr + region_len` overflows.
     pub fn to_endpoint(&self, region_len: u64) -> Result<Endpoint, WireError> {
         if self.qpn > MAX_QPN {
@@ -162,7 +162,7 @@ impl ConnInfo {
                 "qpn wider than 24 bits (max 0xffffff)",
             ));
         }
-        if self.qpn < MIN_PEER_QPN {
+        if !is_peer_qpn(self.qpn) {
             return Err(WireError::ReservedQpn(self.qpn));
         }
         let lid = u16::try_from(self.lid)
@@ -239,7 +239,7 @@ mod tests {
             ..valid
         };
         assert!(ci.to_endpoint(1).is_err());
-        for qpn in [0, 1] {
+        for qpn in [0, 1, 0xFF_FFFF] {
             let ci = ConnInfo { qpn, ..valid };
             assert_eq!(ci.to_endpoint(1), Err(WireError::ReservedQpn(qpn)));
         }
@@ -254,8 +254,13 @@ mod tests {
         };
         assert!(ci.to_endpoint(1).is_err());
         let mut ep = valid.to_endpoint(8).unwrap();
-        ep.qpn = 1;
-        assert_eq!(ConnInfo::from_endpoint(&ep), Err(WireError::ReservedQpn(1)));
+        for qpn in [1, 0xFF_FFFF] {
+            ep.qpn = qpn;
+            assert_eq!(
+                ConnInfo::from_endpoint(&ep),
+                Err(WireError::ReservedQpn(qpn))
+            );
+        }
         ep.qpn = 2;
         ep.psn = 1;
         assert!(ConnInfo::from_endpoint(&ep).is_err());

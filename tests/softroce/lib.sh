@@ -140,8 +140,8 @@ sr_prepare() {
 	} >"$run/job"
 }
 
-# Boot one guest in the foreground until it powers off or LIMIT seconds pass.
-# Exit status: qemu's, or 124 on time limit. SR_NICS adds NICs: one
+# Boot one guest in the foreground until it powers off or LIMIT seconds pass
+# (0: no limit). Exit status: qemu's, or 124 on time limit. SR_NICS adds NICs: one
 # "NETDEV_OPTIONS MAC" line each (pair, cluster).
 sr_qemu() {
 	local run=$1 limit=$2 accel=${SR_ACCEL:-tcg} cpu=max
@@ -171,6 +171,7 @@ sr_qemu() {
 	done <<<"${SR_NICS:-}"
 	# cluster --kill-node powers a guest off through this pid
 	args+=(-pidfile "$run/qemu.pid")
+	((limit)) || exec qemu-system-x86_64 "${args[@]}" </dev/null >>"$run/qemu.log" 2>&1
 	# -k: a guest that ignores SIGTERM still goes away.
 	exec timeout -k 5 "$limit" qemu-system-x86_64 "${args[@]}" </dev/null >>"$run/qemu.log" 2>&1
 }
@@ -185,10 +186,11 @@ sr_boot() {
 	t0=$EPOCHREALTIME
 	sr_qemu "$run" "$limit" &
 	qemu=$!
-	# shellcheck disable=SC2064 # expand now: these locals are gone when the trap runs
-	trap "kill $qemu 2>/dev/null; wait; exit 143" TERM
-	# shellcheck disable=SC2064
-	trap "kill $qemu 2>/dev/null; wait; exit 130" INT
+	# Stopped from outside (pair or cluster, once another node failed): say
+	# where this one was, for a hang to be told from a slow start.
+	SR_BOOT=("$qemu" "$run" "$desc")
+	trap 'kill "${SR_BOOT[0]}" 2>/dev/null; wait; sr_say "stopped from outside while running ${SR_BOOT[2]}"; sr_last_words "${SR_BOOT[1]}"; exit 143' TERM
+	trap 'kill "${SR_BOOT[0]}" 2>/dev/null; wait; exit 130' INT
 	sr_follow "$run/stdout" "$qemu" "$prefix" &
 	out=$!
 	sr_follow "$run/stderr" "$qemu" "$prefix" >&2 &
@@ -212,6 +214,22 @@ sr_follow() {
 	fi
 }
 
+# sr_last_words RUN: what a command that did not finish said last (the
+# stage it was in, when it names its stages) and the tail of its guest's
+# console, on stderr.
+sr_last_words() {
+	local run=$1
+	if [[ ! -e $run/started ]]; then
+		sr_say "its command never started (the guest was still booting)"
+	else
+		sr_say "its last output lines:"
+		tail -n 3 "$run/stdout" 2>/dev/null | sed 's/^/  stdout: /' >&2
+		tail -n 3 "$run/stderr" 2>/dev/null | sed 's/^/  stderr: /' >&2
+	fi
+	sr_say "last console lines ($run/console.log):"
+	tail -n 10 "$run/console.log" 2>/dev/null | sed 's/^/  /' >&2
+}
+
 # After qemu is gone: turn what the run directory holds into an exit status.
 # Usage: sr_outcome RUN QEMU_STATUS LIMIT T0 DESCRIPTION
 sr_outcome() {
@@ -232,6 +250,7 @@ sr_outcome() {
 	fi
 	if ((qs == 124 || qs == 137)); then
 		sr_say "time limit $limit s exceeded running $what"
+		sr_last_words "$run"
 		return 124
 	fi
 	if [[ -s $run/init-error ]]; then
@@ -458,4 +477,162 @@ sr_nodes_end() {
 		return
 	fi
 	rm -rf "$SR_TOP"
+}
+
+# --- One guest for many commands: tests/softroce/cargo's session --------------
+# The cargo wrapper exports VERBS_SHARED_GUEST=DIR (DIR/owner holds its pid).
+# Each command `guest` gets then becomes a job of one long-lived guest
+# running ./serve, booted by the first and powered off when the wrapper
+# exits, instead of booting a guest of its own: a test suite pays one boot,
+# not one per test binary. A job sees what a fresh guest's command sees (its
+# cwd, arguments and environment, a fresh /tmp and /dev/shm, no process of
+# an earlier job) and comes back the same way (stdout, stderr, status; 124
+# at the time limit, 125 when the bed failed). A job that kills or wedges
+# the guest fails alone: the next one boots a fresh guest, as it does after
+# a job that changed the guest's network, RDMA ports or huge pages.
+
+# sr_shared_alive RUN: the shared guest of RUN is still running.
+sr_shared_alive() {
+	[[ -s $1/qpid && ! -e $1/qemu.status ]] && kill -0 "$(cat "$1/qpid")" 2>/dev/null
+}
+
+# sr_shared_stop RUN: power the shared guest off (a throwaway: no shutdown
+# to wait for) and wait until its qemu is gone (10 s at most).
+sr_shared_stop() {
+	local run=$1 i
+	[[ -s $run/qpid ]] && kill "$(cat "$run/qpid")" 2>/dev/null
+	for ((i = 0; i < 100; i++)); do
+		[[ -e $run/qemu.status || ! -s $run/qpid ]] && break
+		sleep 0.1
+	done
+}
+
+# sr_shared_boot SESSION BINDS_FILE: boot the session's guest in the
+# background (a new run directory, recorded in SESSION/current), with the
+# host /tmp entries BINDS_FILE lists and the ones ./serve needs. The guest
+# lives until its qemu is stopped or the session's owner is gone.
+sr_shared_boot() {
+	local s=$1 binds=$2 run
+	run=$(mktemp -d "${TMPDIR:-/tmp}/softroce.XXXXXX") || sr_die "no temp dir"
+	mkdir "$run/jobs"
+	(cd / && sr_prepare "$run" bash "$SR_DIR/serve")
+	sort -u "$binds" "$run/tmpbinds" -o "$run/tmpbinds"
+	echo "$run" >"$s/current"
+	(
+		# No descriptor of the caller's lives on in the guest: not the
+		# session's lock, which ends with this job, nor any lock or pipe
+		# of whoever started cargo.
+		for fd in /proc/$BASHPID/fd/*; do
+			fd=${fd##*/}
+			((fd > 2)) && eval "exec $fd>&-"
+		done
+		# qemu without a time limit of its own (each job has one), in this
+		# process group: whatever stops the group stops the guest.
+		sr_qemu "$run" 0 &
+		q=$!
+		echo "$q" >"$run/qpid"
+		trap 'kill "$q"; wait "$q"; echo 143 >"$run/qemu.status"; exit' TERM INT HUP
+		owner=$(cat "$s/owner")
+		while kill -0 "$q" 2>/dev/null; do
+			kill -0 "$owner" 2>/dev/null || { kill "$q"; break; }
+			sleep 0.5
+		done
+		wait "$q"
+		echo $? >"$run/qemu.status"
+	) </dev/null >/dev/null 2>&1 &
+	local i
+	for ((i = 0; i < 100; i++)); do
+		[[ -s $run/qpid ]] && break
+		sleep 0.05
+	done
+	echo "$run"
+}
+
+# sr_shared_end SESSION: stop the session's guest and remove the session
+# (the cargo wrapper's EXIT trap). A run kept for diagnosis stays.
+sr_shared_end() {
+	local s=$1 run=
+	[[ -r $s/current ]] && read -r run <"$s/current"
+	if [[ -n $run ]]; then
+		sr_shared_stop "$run"
+		[[ -n ${VERBS_GUEST_KEEP:-} || -e $run/keep ]] || rm -rf "$run"
+	fi
+	rm -rf "$s"
+}
+
+# sr_shared_run CMD...: CMD as a job of the session's guest (booting one if
+# it has none, or none that can see CMD's host /tmp entries). Streams CMD's
+# output and returns its status, as sr_boot does for a fresh guest. The
+# caller holds SESSION/lock: one job at a time.
+sr_shared_run() {
+	local s=$VERBS_SHARED_GUEST limit=${VERBS_GUEST_TIMEOUT:-600} run= jd t0 booted= w ws status out err
+	t0=$EPOCHREALTIME
+	rm -rf "$s/next" && mkdir "$s/next" || sr_die "cannot write to $s"
+	sr_prepare "$s/next" "$@"
+	[[ -r $s/current ]] && read -r run <"$s/current"
+	if [[ -n $run ]] && ! sr_shared_alive "$run"; then
+		[[ -e $run/keep ]] || rm -rf "$run"
+		run=
+	fi
+	if [[ -n $run && -n $(comm -23 "$s/next/tmpbinds" "$run/tmpbinds") ]]; then
+		sr_shared_stop "$run"
+		rm -rf "$run"
+		run=
+	fi
+	if [[ -z $run ]]; then
+		run=$(sr_shared_boot "$s" "$s/next/tmpbinds") && [[ -d $run/jobs ]] || sr_die "cannot start a shared guest"
+		booted=1
+	fi
+	jd=$run/jobs/$(date +%s%N)
+	mkdir "$run/jobs/.new" && cp "$s/next/job" "$s/next/tmpbinds" "$run/jobs/.new/" &&
+		: >"$run/jobs/.new/stdout" && : >"$run/jobs/.new/stderr" && mv "$run/jobs/.new" "$jd" ||
+		sr_die "cannot queue the job in $run"
+	# shellcheck disable=SC2064 # expand now
+	trap "sr_shared_stop '$run'; exit 143" TERM
+	# shellcheck disable=SC2064
+	trap "sr_shared_stop '$run'; exit 130" INT
+	# The job ends with its status, its guest's end, or the time limit.
+	(
+		end=$((SECONDS + limit))
+		until [[ -e $jd/status ]]; do
+			sr_shared_alive "$run" || { sleep 0.3; [[ -e $jd/status ]] && exit 0; exit 1; }
+			((SECONDS < end)) || exit 2
+			sleep 0.2
+		done
+	) &
+	w=$!
+	sr_follow "$jd/stdout" "$w" &
+	out=$!
+	sr_follow "$jd/stderr" "$w" >&2 &
+	err=$!
+	wait "$w"
+	ws=$?
+	wait "$out" "$err"
+	trap - TERM INT
+	if ((ws == 0)); then
+		read -r status <"$jd/status"
+		if [[ -n ${VERBS_GUEST_TIMING:-} ]]; then
+			sr_say "$(awk -v a="$t0" -v b="$(stat -c %.3Y "$jd/started")" -v c="$EPOCHREALTIME" -v how="${booted:+booted for it}" \
+				'BEGIN { printf "queued-to-command %.2f s, whole job %.2f s (shared guest%s)", b - a, c - a, how ? ", " how : "" }')"
+		fi
+		if [[ -e $jd/tainted ]]; then
+			sr_say "$* changed the guest; the next command gets a fresh one:"
+			sed 's/^/  /' "$jd/tainted" >&2
+		fi
+		rm -rf "$jd"
+		return "$status"
+	fi
+	if ((ws == 2)); then
+		sr_shared_stop "$run"
+		sr_say "time limit $limit s exceeded running $*"
+		sr_say "last console lines of the shared guest ($run/console.log):"
+	else
+		sr_say "the shared guest died while running $* (or before it started)"
+		sr_say "last console lines ($run/console.log):"
+	fi
+	tail -n 25 "$run/console.log" >&2 2>/dev/null
+	: >"$run/keep"
+	sr_say "kept $run"
+	((ws == 2)) && return 124
+	return 125
 }

@@ -21,9 +21,11 @@
 //!   them, leaked, if the lane is forgotten);
 //! - a shared-receive-queue receive's buffers are in its slot until its
 //!   completion or the queue's successful destroy (`srq.rs`);
-//! - a window bind names a window and a region its [`ExposedBuf`] keeps
-//!   alive (`memory/exposed.rs`), and inline data is copied by the provider
-//!   during the post;
+//! - a window bind names a window (keeping its buffer, an [`ExposedBuf`])
+//!   that the engine holds from the post until the bind is no longer in
+//!   flight, and leaks with its queue pair if the destroy fails
+//!   (`bind.rs`), and a region its arena keeps while any buffer lives;
+//!   inline data is copied by the provider during the post;
 //! - a datagram names an address handle the engine's table keeps alive
 //!   while any UD send is in flight (`ah_table.rs`).
 //!
@@ -291,12 +293,11 @@ pub(crate) fn recv_prepared<P: Provider>(
 }
 
 /// Posts the bind of `mw` to `buf` (in its arena's region) with `rkey` and
-/// `access`, signaled, as request `seq` of the queue pair. On success the
+/// `access`, signaled, as request `wr_id` of the queue pair. On success the
 /// caller makes the window keep `buf`.
 pub(crate) fn bind(
     qp: &RawQp,
-    qp_index: u32,
-    seq: u64,
+    wr_id: u64,
     mw: &RawMw<ArenaBuf>,
     buf: &ArenaBuf,
     rkey: u32,
@@ -304,7 +305,7 @@ pub(crate) fn bind(
 ) -> Result<(), Error> {
     let mr: &RawMr<PageMemory> = buf.shared().mr();
     let mut wr = sys::ibv_send_wr::zeroed();
-    wr.wr_id = super::id::ring(false, qp_index, seq);
+    wr.wr_id = wr_id;
     wr.opcode = O::BIND_MW;
     wr.send_flags = F::SIGNALED;
     wr.bind_mw_or_tso.bind_mw = sys::ibv_send_wr_bind_mw {
@@ -318,8 +319,10 @@ pub(crate) fn bind(
         },
     };
     // SAFETY: the window and the region are live handles: the caller makes
-    // the window keep `buf` once this post succeeds, and the buffer's arena
-    // keeps the region while any buffer lives; the bind reads no memory.
+    // the window keep `buf` once this post succeeds and hands it to the
+    // engine until the bind's completion (`Engine::bind_posted`), and the
+    // buffer's arena keeps the region while any buffer lives; the bind
+    // reads no memory.
     unsafe { qp.post_send(core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)
 }
 

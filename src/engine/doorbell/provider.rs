@@ -5,6 +5,7 @@ use alloc::sync::Arc;
 use core::mem::MaybeUninit;
 
 use crate::error::{site, Error};
+use crate::memory::ExposedBuf;
 use crate::raw::{PostFailed, RawCq, RawQp, RawSrq};
 use crate::sys;
 
@@ -17,6 +18,9 @@ pub trait Provider {
     type Cq;
     /// A shared receive queue's handle.
     type Srq;
+    /// A memory window with the buffer it is (being) bound to: what a
+    /// bind's work request names until the bind completes.
+    type Window;
 
     /// Posts `wrs` as one chain on `qp`'s send queue.
     ///
@@ -94,6 +98,7 @@ impl Provider for Verbs {
     type Qp = RawQp;
     type Cq = Arc<RawCq>;
     type Srq = Arc<RawSrq>;
+    type Window = ExposedBuf;
 
     #[inline(always)]
     unsafe fn post_send(

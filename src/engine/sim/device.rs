@@ -67,6 +67,11 @@ unsafe impl NicBuf for SimBuf {
     }
 }
 
+/// A window bound (or being bound) to a buffer of the simulation: it
+/// holds the buffer, which its drop frees.
+#[derive(Debug)]
+pub(crate) struct SimWindow(pub(crate) SimBuf);
+
 /// A request the device holds: its id, whether signaled, the buffers its
 /// entries name.
 #[derive(Clone, Debug)]
@@ -110,6 +115,12 @@ pub(crate) struct SimDevice {
     pub(crate) refuse_permille: u32,
     /// Fail a destroy with this probability in 1/1000.
     pub(crate) fail_destroy_permille: u32,
+    /// Refuse every state change (a reset that fails), doing nothing.
+    pub(crate) fail_state_changes: bool,
+    /// Move to ERR without flushing yet (rxe flushes later, from a task a
+    /// starved guest may not run for a while): a RESET first drops what
+    /// the queue pair held with no completion at all.
+    pub(crate) lazy_flush: bool,
     /// Requests taken.
     pub(crate) posts: u64,
     /// Forges completions, replays flushes after a reset, fails destroys.
@@ -139,6 +150,8 @@ impl SimDevice {
             rng: Rng::new(seed),
             refuse_permille: 0,
             fail_destroy_permille: 0,
+            fail_state_changes: false,
+            lazy_flush: false,
             posts: 0,
             hostile: false,
             free_qp_nums: Vec::new(),
@@ -260,6 +273,17 @@ impl SimDevice {
         }
     }
 
+    /// The head request of `qp`'s send queue fails with `status` (retries
+    /// exceeded, say) and the queue pair is in error, the rest not flushed
+    /// yet (see `lazy_flush`).
+    pub(crate) fn fail_head(&mut self, qp: usize, status: St) {
+        self.qps[qp].error = true;
+        if let Some(held) = self.qps[qp].queues[0].pop_front() {
+            self.release(&held.bufs);
+            self.push_wc(qp, held.wr_id, status, Op::RDMA_WRITE);
+        }
+    }
+
     /// A receive of the shared queue, any of them, completes on `qp`.
     pub(crate) fn complete_srq(&mut self, qp: usize) {
         if self.srq.is_empty() {
@@ -275,6 +299,10 @@ impl SimDevice {
     /// nothing and leaves the error state; some devices also clean its
     /// entries off the CQ, and a hostile one replays old flushes.
     pub(crate) fn set_state(&mut self, qp: usize, state: sys::ibv_qp_state) {
+        if state == sys::ibv_qp_state::ERR && self.lazy_flush {
+            self.qps[qp].error = true;
+            return;
+        }
         if state == sys::ibv_qp_state::ERR {
             self.fail(qp);
             return;

@@ -17,8 +17,10 @@
 #![allow(unsafe_code)]
 
 mod alloc_count;
+#[cfg(test)]
+mod binds;
 mod callback_posts;
-mod device;
+pub(crate) mod device;
 mod drain;
 mod forge;
 mod lane_ops;
@@ -27,7 +29,7 @@ mod lane_recv;
 mod lifecycle;
 #[cfg(test)]
 mod limits;
-mod model;
+pub(crate) mod model;
 mod plain_window;
 mod plan;
 mod polling;
@@ -35,9 +37,10 @@ mod prepared_ops;
 mod provider;
 #[cfg(test)]
 mod reset_flush;
-mod rng;
+pub(crate) mod rng;
 mod run;
-mod stub;
+pub(crate) mod seam;
+pub(crate) mod stub;
 mod window;
 
 #[cfg(test)]

@@ -71,6 +71,12 @@ pub(crate) fn new_id() -> u64 {
     })
 }
 
+/// True once buffer `id` was dropped.
+#[cfg(test)]
+pub(crate) fn dropped(id: u64) -> bool {
+    MODEL.with(|m| m.borrow().dropped.contains(&id))
+}
+
 /// `id` was dropped: never twice.
 pub(crate) fn note_dropped(id: u64) {
     let fresh = MODEL.with(|m| m.borrow_mut().dropped.insert(id));

@@ -12,7 +12,7 @@ use crate::sys;
 
 use super::super::doorbell::Provider;
 use super::alloc_count::uncounted;
-use super::device::{Sim, SimBuf, SimQpRef};
+use super::device::{Sim, SimBuf, SimQpRef, SimWindow};
 
 /// The ids of a request's entries' buffers (inline entries name none).
 ///
@@ -39,6 +39,7 @@ impl Provider for Sim {
     type Qp = SimQpRef;
     type Cq = ();
     type Srq = ();
+    type Window = SimWindow;
 
     unsafe fn post_send(
         &mut self,
@@ -53,8 +54,15 @@ impl Provider for Sim {
             let (held, refusal) = d.take(wrs.len(), room, max_sge, |i| {
                 let w = &wrs[i];
                 let inline = w.send_flags.contains(sys::ibv_send_flags::INLINE);
-                // SAFETY: the post's contract: `sg_list` holds `num_sge` entries.
-                let bufs = unsafe { bufs_of(w.sg_list, w.num_sge, inline) };
+                let bufs = if w.opcode == sys::ibv_wr_opcode::BIND_MW {
+                    // SAFETY: a bind's member of the union is `bind_mw`.
+                    let at = unsafe { w.bind_mw_or_tso.bind_mw.bind_info.addr };
+                    // The device holds the buffer the window is bound to.
+                    alloc::vec![SimBuf::id_at(at)]
+                } else {
+                    // SAFETY: the post's contract: `sg_list` holds `num_sge` entries.
+                    unsafe { bufs_of(w.sg_list, w.num_sge, inline) }
+                };
                 (
                     w.wr_id,
                     w.send_flags.contains(sys::ibv_send_flags::SIGNALED),
@@ -151,6 +159,9 @@ impl Provider for Sim {
     }
 
     fn set_state(&mut self, qp: &SimQpRef, state: sys::ibv_qp_state) -> Result<(), Error> {
+        if self.dev.fail_state_changes {
+            return Err(Error::os(site!("sim modify_qp"), libc::EIO));
+        }
         self.dev.set_state(qp.0, state);
         Ok(())
     }

@@ -52,3 +52,31 @@ fn a_reset_hands_back_every_request_left_as_flushed() {
         ]
     );
 }
+
+/// A queue pair destroyed with requests in it (one its caller could not
+/// reset) hands each back as flushed, with its buffer, once the destroy
+/// succeeded.
+#[test]
+fn a_removed_queue_pair_hands_back_what_it_held() {
+    let mut engine = Engine::assemble(Stub::new(0x223), (), 64, None, None, false);
+    let qp = one_qp(&mut engine, 0x223, 16);
+    let remote = RemoteRegion {
+        addr: 1 << 40,
+        len: 1 << 20,
+        rkey: 1,
+    };
+    let dst = RemoteSlice::new(&remote, 0, 1 << 16).unwrap();
+    for k in 0..2u64 {
+        let req = SendRequest::new(SendOp::Write(dst), Local::whole(SimBuf { id: k + 1 })).tag(k);
+        engine.post_send(qp, req).map_err(|e| e.error).unwrap();
+    }
+    let mut got = Vec::new();
+    engine
+        .remove_qp_with(qp, |mut c| {
+            got.push((c.tag(), c.status(), c.take_buf().map(|b| b.id)));
+        })
+        .unwrap();
+    let flushed = WcStatus::WR_FLUSH_ERR;
+    assert_eq!(got, [(0, flushed, Some(1)), (1, flushed, Some(2))]);
+    assert!(engine.state(qp).is_err(), "removed");
+}

@@ -6,13 +6,13 @@ use core::mem::MaybeUninit;
 
 use crate::engine::core::Engine;
 use crate::engine::doorbell::Provider;
-use crate::engine::qp_slot::{QpId, QpInfo, QpState};
+use crate::engine::qp_slot::{QpId, QpState};
 use crate::error::Error;
 use crate::memory::NicBuf;
 use crate::raw::PostFailed;
 use crate::sys::{self, Zeroed};
 
-pub(super) struct Stub {
+pub(crate) struct Stub {
     pub(super) recv_id: u64,
     pub(super) send_id: u64,
     /// Calls of the three posts.
@@ -21,7 +21,7 @@ pub(super) struct Stub {
 }
 
 impl Stub {
-    pub(super) fn new(qp_num: u32) -> Stub {
+    pub(crate) fn new(qp_num: u32) -> Stub {
         Stub {
             recv_id: 0,
             send_id: 0,
@@ -34,26 +34,15 @@ impl Stub {
 /// Places a queue pair numbered `qp_num` (as the stub's completions say)
 /// in `engine`, `depth` deep both ways with one scatter/gather entry per
 /// request, and moves it to RTS.
-pub(super) fn one_qp<B: NicBuf>(engine: &mut Engine<B, Stub>, qp_num: u32, depth: u32) -> QpId {
-    let caps = sys::ibv_qp_cap {
-        max_send_wr: depth,
-        max_recv_wr: depth,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 0,
-    };
-    let qp = engine
-        .place((), qp_num, depth, depth, caps, QpInfo::default())
-        .map_err(|(e, _)| e)
-        .unwrap();
-    engine.mark_state(qp, QpState::RTS).unwrap();
-    qp
+pub(crate) fn one_qp<B: NicBuf>(engine: &mut Engine<B, Stub>, qp_num: u32, depth: u32) -> QpId {
+    super::seam::place(engine, (), qp_num, depth, QpState::RTS).unwrap()
 }
 
 impl Provider for Stub {
     type Qp = ();
     type Cq = ();
     type Srq = ();
+    type Window = ();
 
     unsafe fn post_send(&mut self, _: &(), wrs: &mut [sys::ibv_send_wr]) -> Result<(), PostFailed> {
         self.posts += 1;
