@@ -38,6 +38,7 @@ mod prepared;
 mod prepared_chain;
 mod prepared_table;
 mod qp_slot;
+mod remove;
 mod ring;
 mod setup;
 #[cfg(test)]
