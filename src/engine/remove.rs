@@ -67,14 +67,28 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         // Destroyed: like RESET, it holds no work request; what its queues
         // still hold in the table goes back as flushed (the device is done
         // with their buffers), each entry released. Its state refuses the
-        // posts a callback tries on it.
+        // posts a callback tries on it. The slot is left vacant when the
+        // hand-back ends, or if a callback unwinds out of it.
         self.qps[index as usize].set_state(QpState::RESET);
-        self.retire_all(self.id_of(index), on_done)?;
+        let id = self.id_of(index);
+        let vacating = Vacating {
+            engine: self,
+            index,
+        };
+        vacating.engine.retire_all(id, on_done)?;
+        Ok(())
+    }
+
+    /// Leaves slot `index`, whose queue pair was destroyed, vacant: no
+    /// handle of it matches the slot any more, and its index can be reused.
+    fn vacate(&mut self, index: u32) {
         let slot = &mut self.qps[index as usize];
-        debug_assert!(slot.send.len() == 0 && slot.recv.len() == 0);
+        // Nothing is left but after a callback unwound mid-hand-back (the
+        // router handed back the rest); the device is done with it anyway.
+        self.flights[0].release_chain(&mut slot.send);
+        self.flights[self.recv_side].release_chain(&mut slot.recv);
         slot.qp_num = VACANT;
-        // No handle of the removed queue pair matches the slot any more;
-        // its completions still queued hold ids of the old window.
+        // Its completions still queued hold ids of the old window.
         slot.generation = slot.generation.wrapping_add(1) & !UD_GENERATION;
         let keep_send = slot.send.next_seq();
         let keep_recv = slot.recv.next_seq();
@@ -82,6 +96,18 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         slot.recv = Ring::new(0, keep_recv);
         self.prepared.release_qp(index);
         self.vacant.push(index);
-        Ok(())
+    }
+}
+
+/// A destroyed queue pair's slot being emptied: left vacant when dropped,
+/// whether the hand-back returned or its callback unwound.
+struct Vacating<'e, B: NicBuf, P: Provider> {
+    engine: &'e mut Engine<B, P>,
+    index: u32,
+}
+
+impl<B: NicBuf, P: Provider> Drop for Vacating<'_, B, P> {
+    fn drop(&mut self) {
+        self.engine.vacate(self.index);
     }
 }
