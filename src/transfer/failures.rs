@@ -58,6 +58,9 @@ fn a_failed_reset_gives_the_chunks_back() {
 /// are leaked with it, and with no other plane those chunks can never be
 /// sent. The transfer must say so at once, not run to its deadline.
 #[test]
+// Leaks on purpose (what a failed destroy must leak); Miri runs this
+// module without tolerating leaks (`.ci/run`).
+#[cfg_attr(miri, ignore = "leaks on purpose")]
 fn a_failed_reset_and_destroy_fail_the_transfer_at_once_with_the_reason() {
     let mut t = bed(1, 2, 16, 4);
     let mut peer = Peer { reconnects: 0 };
@@ -85,6 +88,9 @@ fn a_failed_reset_and_destroy_fail_the_transfer_at_once_with_the_reason() {
 /// Two planes: the chunks whose plane-0 buffers were leaked go out on
 /// plane 1, and the transfer completes.
 #[test]
+// Leaks on purpose (what a failed destroy must leak); Miri runs this
+// module without tolerating leaks (`.ci/run`).
+#[cfg_attr(miri, ignore = "leaks on purpose")]
 fn chunks_leaked_on_one_plane_go_out_on_another() {
     let mut t = bed(2, 1, 16, 4);
     let mut peer = Peer { reconnects: 0 };
