@@ -618,6 +618,9 @@ sr_shared_run() {
 		if [[ -e $jd/tainted ]]; then
 			sr_say "$* changed the guest; the next command gets a fresh one:"
 			sed 's/^/  /' "$jd/tainted" >&2
+			# It is shutting down; until its qemu is gone it still looks
+			# alive, and the next job would be queued to it and lost.
+			sr_shared_stop "$run"
 		fi
 		rm -rf "$jd"
 		return "$status"
