@@ -160,10 +160,10 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     };
     let mut live = Connections::new();
     let mut dead: Vec<QpId> = Vec::with_capacity(opts.max_conns as usize);
+    // Buffers a post refused (none while the shared receive queue holds
+    // what the loop takes from it), posted again after the poll.
     let mut free: Vec<ArenaBuf> = Vec::with_capacity(buffers as usize);
     let mut scratch = vec![0u8; buf_len];
-    // At most one poll's worth (16 entries per queue) of responses.
-    let mut out: Vec<(QpId, SendRequest<ArenaBuf>)> = Vec::with_capacity(64);
     let mut n = Counters::default();
     let mut summary = Summary::new();
     let mut stop = false;
@@ -171,56 +171,57 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     let mut nap = Nap::new(opts.sleep_after, Duration::from_millis(50));
     while !stop {
         polls = polls.wrapping_add(1);
+        // The handler answers each request from inside the poll: the reply
+        // goes out on the queue pair the request came from, in the
+        // request's own buffer, and a buffer whose reply went out receives
+        // the next request.
         let got = engine.poll(|mut c| {
             let qp = c.qp();
             let failed = c.status() != WcStatus::SUCCESS;
-            let buf = c.take_buf();
-            if failed {
-                // A flushed or failed request: the connection is done.
-                n.silent_gone +=
-                    u64::from(c.tag() == keepalive::TAG && c.status() == WcStatus::RETRY_EXC_ERR);
-                if let Some(qp) = qp {
-                    if !dead.contains(&qp) && dead.len() < dead.capacity() {
-                        dead.push(qp);
-                    }
+            let Some(buf) = c.take_buf() else {
+                // A keepalive (no buffer), or a receive whose buffer
+                // went with its queue pair.
+                if failed {
+                    n.silent_gone += u64::from(
+                        c.tag() == keepalive::TAG && c.status() == WcStatus::RETRY_EXC_ERR,
+                    );
+                    mark_dead(&mut dead, qp);
                 }
-                free.extend(buf);
-                return;
-            }
-            let Some(buf) = buf else { return };
-            if !c.is_recv() {
-                free.push(buf); // a response went out
-                return;
-            }
-            let Some(qp) = qp else {
-                free.push(buf);
                 return;
             };
-            live.heard_from(qp);
+            if failed || !c.is_recv() || qp.is_none() {
+                // A response went out (its buffer receives again), or a
+                // flushed or failed request: its connection is done.
+                if failed {
+                    mark_dead(&mut dead, qp);
+                }
+                if let Err(e) = c.poster().post_srq_recv(RecvRequest::new(buf)) {
+                    free.extend(e.request.into_bufs());
+                }
+                return;
+            }
+            if let Some(qp) = qp {
+                live.heard_from(qp);
+            }
             n.requests += 1;
-            match respond(
-                buf,
-                0,
-                c.byte_len() as usize,
-                opts,
-                &mut scratch,
-                &mut n,
-                &mut stop,
-            ) {
-                Ok(response) => out.push((qp, response)),
-                Err(buf) => free.push(buf),
+            let received = c.byte_len() as usize;
+            let refused = match respond(buf, 0, received, opts, &mut scratch, &mut n, &mut stop) {
+                Ok(response) => match c.reply(response) {
+                    Ok(()) => return,
+                    Err(e) => {
+                        n.dropped += 1;
+                        e.request.into_bufs().next()
+                    }
+                },
+                Err(buf) => Some(buf),
+            };
+            if let Some(buf) = refused {
+                if let Err(e) = c.poster().post_srq_recv(RecvRequest::new(buf)) {
+                    free.extend(e.request.into_bufs());
+                }
             }
         });
         let got = got?;
-        // Responses built in the callback go out here (the callback cannot
-        // post: the engine is polling).
-        for (qp, req) in out.drain(..) {
-            if let Err(e) = engine.post_send(qp, req) {
-                n.dropped += 1;
-                free.extend(e.request.into_bufs());
-            }
-        }
-        // Keep the shared receive queue full.
         while (engine.srq_posted() as u32) < srq_depth {
             let Some(buf) = free.pop() else { break };
             if let Err(e) = engine.post_srq_recv(RecvRequest::new(buf)) {
@@ -253,6 +254,16 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     }
     summary.last_line(&n);
     Ok(())
+}
+
+/// Notes `qp` (if still there) for removal after the poll: a queue pair
+/// cannot be removed from inside it.
+fn mark_dead(dead: &mut Vec<QpId>, qp: Option<QpId>) {
+    if let Some(qp) = qp {
+        if !dead.contains(&qp) && dead.len() < dead.capacity() {
+            dead.push(qp);
+        }
+    }
 }
 
 /// The response to the request of `received` bytes at offset `at` of
