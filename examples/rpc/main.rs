@@ -38,7 +38,6 @@ mod barrier;
 mod client;
 #[path = "../perf/clock.rs"]
 mod clock;
-mod keepalive;
 mod nap;
 mod peers;
 mod probes;

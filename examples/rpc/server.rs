@@ -10,11 +10,10 @@ use std::time::{Duration, Instant};
 
 use verbs::exchange::{Server, ServerConfig};
 use verbs::{
-    ArenaBuf, ConnectOptions, Context, Deadline, Engine, EngineConfig, HostBuf, Local,
-    ProtectionDomain, QpConfig, QpId, RecvRequest, SendOp, SendRequest, SrqConfig, WcStatus,
+    ArenaBuf, ConnectOptions, Context, Deadline, Engine, EngineConfig, HostBuf, KeepaliveTable,
+    Local, ProtectionDomain, QpConfig, QpId, RecvRequest, SendOp, SendRequest, SrqConfig, WcStatus,
 };
 
-use crate::keepalive::{self, Connections};
 use crate::nap::Nap;
 use crate::proto::{judge, Header, Op, Status, HEADER};
 use crate::{BoxError, Opts};
@@ -30,6 +29,15 @@ const SEND_DEPTH: u32 = 8;
 /// hold every slot. A closed-loop client posts its receive before its
 /// request and never meets it.
 pub const RNR_RETRY: u8 = 3;
+
+/// How long a connection may be silent before the library's keepalive
+/// asks whether its client is there (`Engine::keepalive`: a zero-length
+/// RDMA Write naming no memory, which clients allow at their queue pairs).
+/// A dead client is dropped within about this plus the retries.
+const KEEPALIVE_ROUND: Duration = Duration::from_millis(500);
+
+/// A keepalive's tag (a response's is 0).
+const KEEPALIVE: u64 = 1;
 
 #[derive(Default)]
 pub struct Counters {
@@ -150,7 +158,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         ..QpConfig::default()
     };
     // A dead client is found within about a second (timeout 14, 3 retries)
-    // of something sent to it: a response, or a keepalive (keepalive.rs);
+    // of something sent to it: a response, or a keepalive (KEEPALIVE_ROUND);
     // one that posts no receive within RNR_RETRY of its timer; a full
     // shared receive queue makes senders wait, not fail.
     let connect = ConnectOptions {
@@ -158,7 +166,8 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         rnr_retry: RNR_RETRY,
         ..ConnectOptions::default()
     };
-    let mut live = Connections::new();
+    let mut live = KeepaliveTable::with_capacity(opts.max_conns as usize);
+    let mut round_ends = Instant::now() + KEEPALIVE_ROUND;
     let mut dead: Vec<QpId> = Vec::with_capacity(opts.max_conns as usize);
     // Buffers a post refused (none while the shared receive queue holds
     // what the loop takes from it), posted again after the poll.
@@ -182,9 +191,8 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 // A keepalive (no buffer), or a receive whose buffer
                 // went with its queue pair.
                 if failed {
-                    n.silent_gone += u64::from(
-                        c.tag() == keepalive::TAG && c.status() == WcStatus::RETRY_EXC_ERR,
-                    );
+                    n.silent_gone +=
+                        u64::from(c.tag() == KEEPALIVE && c.status() == WcStatus::RETRY_EXC_ERR);
                     mark_dead(&mut dead, qp);
                 }
                 return;
@@ -245,7 +253,10 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         }
         if polls % 512 == 0 || slept {
             accept(&server, &mut engine, &qp_config, &connect, &mut live, opts)?;
-            live.keep_alive(&mut engine, Instant::now());
+            if Instant::now() >= round_ends {
+                live.probe_silent(&mut engine, KEEPALIVE);
+                round_ends = Instant::now() + KEEPALIVE_ROUND;
+            }
             summary.tick(&n, live.len());
             if summary.over(opts.seconds) {
                 break;
@@ -330,7 +341,7 @@ fn accept(
     engine: &mut Engine<ArenaBuf>,
     qp_config: &QpConfig,
     connect: &ConnectOptions,
-    live: &mut Connections,
+    live: &mut KeepaliveTable,
     opts: &Opts,
 ) -> Result<(), BoxError> {
     while let Ok(hs) = server.next_client(Deadline::after(Duration::ZERO)) {
