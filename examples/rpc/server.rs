@@ -362,7 +362,9 @@ fn accept(
             }
         };
         match hs.reply(&ours) {
-            Ok(_session) => live.add(qp),
+            Ok(_session) => {
+                live.add(qp);
+            }
             Err(e) => {
                 eprintln!("server: a client left during its handshake: {e}");
                 engine.remove_qp(qp)?;

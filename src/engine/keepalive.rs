@@ -17,7 +17,7 @@
 
 use alloc::vec::Vec;
 
-use crate::error::{site, Error};
+use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
 use crate::wr::{RemoteSlice, SendOp, SendRequest};
 
@@ -31,23 +31,29 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// holds no buffer): `SUCCESS` when the peer acknowledged it,
     /// `RETRY_EXC_ERR` when the peer is gone, `REM_INV_REQ_ERR` when its
     /// queue pair allows no remote write. Refused for a queue pair that is
-    /// not this engine's (or was removed), not RC, or not in RTS, and as
-    /// any send is when its queue is full.
+    /// not this engine's (or was removed), not RC (`Unsupported`), or not in RTS (`BadState`),
+    /// and as any send is when its queue is full.
     pub fn keepalive(&mut self, qp: QpId, tag: u64) -> Result<(), Error> {
         let slot = self.slot(qp)?;
         if slot.transport != Transport::Rc {
-            return Err(Error::invalid(site!(
-                "keepalive",
-                "only a reliable connection (RC) acknowledges a keepalive",
-                "a UC or UD queue pair never learns whether its peer is there"
-            )));
+            return Err(Error::new(
+                site!(
+                    "keepalive",
+                    "only a reliable connection (RC) acknowledges a keepalive",
+                    "a UC or UD queue pair never learns whether its peer is there"
+                ),
+                ErrorKind::Unsupported,
+            ));
         }
         if slot.state != QpState::RTS {
-            return Err(Error::invalid(site!(
-                "keepalive",
-                "the queue pair is not connected (not in RTS)",
-                "connect it first; one in ERR has already found its peer gone"
-            )));
+            return Err(Error::new(
+                site!(
+                    "keepalive",
+                    "the queue pair is not connected (not in RTS)",
+                    "connect it first; one in ERR has already found its peer gone"
+                ),
+                ErrorKind::BadState,
+            ));
         }
         let probe = SendRequest::empty(SendOp::Write(RemoteSlice::unchecked(0, 0, 0))).tag(tag);
         self.post_send(qp, probe).map_err(|e| e.error)
@@ -63,6 +69,8 @@ pub struct KeepaliveTable {
     /// heard from this round.
     entries: Vec<Option<(QpId, bool)>>,
     len: usize,
+    /// The engine of the first queue pair added: a table serves one.
+    engine: Option<u32>,
 }
 
 impl KeepaliveTable {
@@ -70,7 +78,11 @@ impl KeepaliveTable {
     pub fn with_capacity(capacity: usize) -> KeepaliveTable {
         let mut entries = Vec::new();
         entries.resize(capacity, None);
-        KeepaliveTable { entries, len: 0 }
+        KeepaliveTable {
+            entries,
+            len: 0,
+            engine: None,
+        }
     }
 
     /// Connections held.
@@ -85,8 +97,12 @@ impl KeepaliveTable {
 
     /// Holds `qp`, counted as heard from this round; replaces a removed
     /// queue pair whose index it took. Grows the table if its index is
-    /// beyond it (a setup-time allocation).
-    pub fn add(&mut self, qp: QpId) {
+    /// beyond it (a setup-time allocation). False (nothing held) for a
+    /// queue pair of another engine than the first one added.
+    pub fn add(&mut self, qp: QpId) -> bool {
+        if *self.engine.get_or_insert(qp.engine) != qp.engine {
+            return false;
+        }
         let i = qp.index();
         if i >= self.entries.len() {
             self.entries.resize(i + 1, None);
@@ -95,6 +111,7 @@ impl KeepaliveTable {
             self.len += 1;
         }
         self.entries[i] = Some((qp, true));
+        true
     }
 
     /// Forgets `qp`; false if the table did not hold it.
@@ -188,6 +205,7 @@ mod tests {
             index: 1,
             generation: 2,
         };
+        assert!(!t.add(foreign));
         for other in [qp(1, 1), foreign, qp(900, 2)] {
             t.heard_from(other);
             assert!(!t.remove(other));
@@ -197,8 +215,7 @@ mod tests {
         assert!(!t.remove(qp(1, 2)));
         assert!(t.is_empty() && silent(&mut t).is_empty());
         // A new queue pair in the same slot replaces the old one.
-        t.add(qp(1, 2));
-        t.add(qp(1, 3));
+        assert!(t.add(qp(1, 2)) && t.add(qp(1, 3)));
         assert_eq!(t.len(), 1);
     }
 }
