@@ -8,12 +8,16 @@
 //! ```text
 //! rpc server [--port N] [--dev D] [--max-payload B] [--srq-depth D]
 //!            [--max-conns C] [--seconds S] [--allow-stop] [--sleep-after N] [--ud]
+//!            [--metrics PORT]
 //! rpc client HOST [--port N] [--dev D] [--conns 1,4,16,64,256] [--size B]
 //!            [--seconds S] [--op echo|invert] [--nodes K --rank R --leader ADDR]
 //!            [--max-payload B] [--stop] [--bad] [--rnr K] [--hellos K]
 //!            [--sleep-after N] [--ud]
 //!   server   runs until a client's stop (with --allow-stop) or --seconds,
 //!            printing one line per second (requests/s, connections, errors)
+//!   --metrics PORT  (server) serve `GET /metrics` over HTTP on PORT:
+//!            Prometheus text of its counts and the device port's hardware
+//!            counters (metrics.rs, scrape.rs)
 //!   --conns  load levels: total connections over all K client nodes (this
 //!            node opens its share); one RESULT line per level (on rank 0)
 //!   --nodes/--rank/--leader  the client nodes keep in step through the
@@ -38,11 +42,13 @@ mod barrier;
 mod client;
 #[path = "../perf/clock.rs"]
 mod clock;
+mod metrics;
 mod nap;
 mod peers;
 mod probes;
 mod proto;
 mod refusals;
+mod scrape;
 mod server;
 mod server_ud;
 mod stats;
@@ -89,6 +95,7 @@ pub struct Opts {
     pub hellos: usize,
     pub sleep_after: u32,
     pub ud: bool,
+    pub metrics: Option<u16>,
 }
 
 const USAGE: &str =
@@ -116,6 +123,7 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
         hellos: 0,
         sleep_after: 0,
         ud: false,
+        metrics: None,
     };
     let mut it = args.iter();
     let role = it.next().cloned().ok_or("a role: server or client")?;
@@ -136,6 +144,7 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
                 let bad = |e: &dyn std::fmt::Display| format!("{flag} {v}: {e}");
                 match flag.as_str() {
                     "--port" => o.port = v.parse().map_err(|e| bad(&e))?,
+                    "--metrics" => o.metrics = Some(v.parse().map_err(|e| bad(&e))?),
                     "--dev" => o.dev = Some(v.clone()),
                     "--max-payload" => o.max_payload = v.parse().map_err(|e| bad(&e))?,
                     "--srq-depth" => o.srq_depth = v.parse().map_err(|e| bad(&e))?,

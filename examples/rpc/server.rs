@@ -16,6 +16,7 @@ use verbs::{
 
 use crate::nap::Nap;
 use crate::proto::{judge, Header, Op, Status, HEADER};
+use crate::scrape::{self, Published};
 use crate::{BoxError, Opts};
 
 /// Queue-pair send depth: a closed-loop client has one request out, a
@@ -39,17 +40,8 @@ const KEEPALIVE_ROUND: Duration = Duration::from_millis(500);
 /// A keepalive's tag (a response's is 0).
 const KEEPALIVE: u64 = 1;
 
-#[derive(Default)]
-pub struct Counters {
-    pub requests: u64,
-    malformed: u64,
-    too_large: u64,
-    unknown: u64,
-    pub dropped: u64,
-    pub conns_gone: u64,
-    /// Of those, found by a keepalive: nothing else was in flight to them.
-    silent_gone: u64,
-}
+/// What a shard counts (metrics.rs renders it for `--metrics`).
+pub use crate::metrics::ShardCounts as Counters;
 
 impl Counters {
     pub fn errors(&self) -> String {
@@ -57,7 +49,7 @@ impl Counters {
             "malformed={} too_large={} unknown_op={} dropped={} conns_gone={} (silent {})",
             self.malformed,
             self.too_large,
-            self.unknown,
+            self.unknown_op,
             self.dropped,
             self.conns_gone,
             self.silent_gone
@@ -174,6 +166,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     let mut free: Vec<ArenaBuf> = Vec::with_capacity(buffers as usize);
     let mut scratch = vec![0u8; buf_len];
     let mut n = Counters::default();
+    let published = metrics(opts, &ctx)?;
     let mut summary = Summary::new();
     let mut stop = false;
     let mut polls: u32 = 0;
@@ -187,6 +180,10 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         let got = engine.poll(|mut c| {
             let qp = c.qp();
             let failed = c.status() != WcStatus::SUCCESS;
+            n.engine.completions += 1;
+            if failed {
+                n.engine.failed(c.status());
+            }
             let Some(buf) = c.take_buf() else {
                 // A keepalive (no buffer), or a receive whose buffer
                 // went with its queue pair.
@@ -203,9 +200,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 if failed {
                     mark_dead(&mut dead, qp);
                 }
-                if let Err(e) = c.poster().post_srq_recv(RecvRequest::new(buf)) {
-                    free.extend(e.request.into_bufs());
-                }
+                recv_again(&mut c, buf, &mut free, &mut n);
                 return;
             }
             if let Some(qp) = qp {
@@ -213,9 +208,13 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
             }
             n.requests += 1;
             let received = c.byte_len() as usize;
+            n.engine.bytes += received as u64;
             let refused = match respond(buf, 0, received, opts, &mut scratch, &mut n, &mut stop) {
                 Ok(response) => match c.reply(response) {
-                    Ok(()) => return,
+                    Ok(()) => {
+                        n.engine.posts += 1;
+                        return;
+                    }
                     Err(e) => {
                         n.dropped += 1;
                         e.request.into_bufs().next()
@@ -224,9 +223,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 Err(buf) => Some(buf),
             };
             if let Some(buf) = refused {
-                if let Err(e) = c.poster().post_srq_recv(RecvRequest::new(buf)) {
-                    free.extend(e.request.into_bufs());
-                }
+                recv_again(&mut c, buf, &mut free, &mut n);
             }
         });
         let got = got?;
@@ -236,6 +233,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 free.extend(e.request.into_bufs());
                 break;
             }
+            n.engine.posts += 1;
         }
         for qp in dead.drain(..) {
             // A failed destroy leaks the queue pair; the connection is
@@ -254,8 +252,12 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         if polls % 512 == 0 || slept {
             accept(&server, &mut engine, &qp_config, &connect, &mut live, opts)?;
             if Instant::now() >= round_ends {
-                live.probe_silent(&mut engine, KEEPALIVE);
+                n.engine.posts += live.probe_silent(&mut engine, KEEPALIVE) as u64;
                 round_ends = Instant::now() + KEEPALIVE_ROUND;
+            }
+            n.conns = live.len() as u64;
+            if let Some(p) = &published {
+                p.publish(0, &n);
             }
             summary.tick(&n, live.len());
             if summary.over(opts.seconds) {
@@ -267,6 +269,20 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     Ok(())
 }
 
+/// Posts `buf` on the shared receive queue from the poll's handler
+/// (kept in `free` if refused, for the loop to post again).
+fn recv_again(
+    c: &mut verbs::CompletionRef<'_, ArenaBuf>,
+    buf: ArenaBuf,
+    free: &mut Vec<ArenaBuf>,
+    n: &mut Counters,
+) {
+    match c.poster().post_srq_recv(RecvRequest::new(buf)) {
+        Ok(()) => n.engine.posts += 1,
+        Err(e) => free.extend(e.request.into_bufs()),
+    }
+}
+
 /// Notes `qp` (if still there) for removal after the poll: a queue pair
 /// cannot be removed from inside it.
 fn mark_dead(dead: &mut Vec<QpId>, qp: Option<QpId>) {
@@ -275,6 +291,17 @@ fn mark_dead(dead: &mut Vec<QpId>, qp: Option<QpId>) {
             dead.push(qp);
         }
     }
+}
+
+/// With `--metrics PORT`, the scrape endpoint's counts, published to once
+/// a second by the loop.
+pub fn metrics(opts: &Opts, ctx: &Context) -> Result<Option<Published>, BoxError> {
+    let Some(port) = opts.metrics else {
+        return Ok(None);
+    };
+    let published = Published::new(1);
+    scrape::serve(port, ctx.name().to_string(), published.clone())?;
+    Ok(Some(published))
 }
 
 /// The response to the request of `received` bytes at offset `at` of
@@ -305,7 +332,7 @@ pub fn respond(
             0
         }
         _ => {
-            n.unknown += 1;
+            n.unknown_op += 1;
             0
         }
     };
@@ -329,7 +356,10 @@ pub fn respond(
         return Err(buf);
     }
     match Local::range(buf, at, HEADER + len) {
-        Ok(local) => Ok(SendRequest::new(SendOp::Send, local)),
+        Ok(local) => {
+            n.engine.bytes += (HEADER + len) as u64;
+            Ok(SendRequest::new(SendOp::Send, local))
+        }
         Err((_, buf)) => Err(buf),
     }
 }

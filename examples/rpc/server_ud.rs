@@ -74,6 +74,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     );
     let mut peers: Peers<AhId> = Peers::new(opts.max_conns as usize);
     let mut n = Counters::default();
+    let published = crate::server::metrics(opts, &ctx)?;
     let mut summary = Summary::new();
     let mut scratch = vec![0u8; buf_len];
     // Buffers a post refused, posted again after the poll.
@@ -89,6 +90,10 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         let now = Instant::now();
         let got = engine.poll(|mut c| {
             let ok = c.status() == WcStatus::SUCCESS;
+            n.engine.completions += 1;
+            if !ok {
+                n.engine.failed(c.status());
+            }
             let (is_recv, from_qp, len, at) = (
                 c.is_recv(),
                 c.src_qp(),
@@ -96,14 +101,9 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 c.payload_offset(),
             );
             let Some(buf) = c.take_buf() else { return };
-            let mut recv_again = |c: &mut verbs::CompletionRef<'_, ArenaBuf>, buf| {
-                if let Err(e) = c.poster().post_recv(qp, RecvRequest::new(buf)) {
-                    free.extend(e.request.into_bufs());
-                }
-            };
             if !ok || !is_recv || at != GRH_LEN {
                 n.dropped += u64::from(!ok);
-                recv_again(&mut c, buf);
+                recv_again(&mut c, qp, buf, &mut free, &mut n);
                 return;
             }
             let mut grh = [0u8; GRH_LEN];
@@ -113,13 +113,14 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 .and_then(|()| Grh::from_bytes(&grh))
                 .and_then(|g| g.source_gid());
             let Some(from) = from else {
-                recv_again(&mut c, buf);
+                recv_again(&mut c, qp, buf, &mut free, &mut n);
                 return;
             };
             n.requests += 1;
+            n.engine.bytes += (len - at) as u64;
             let req = match respond(buf, at, len - at, opts, &mut scratch, &mut n, &mut stop) {
                 Ok(req) => req,
-                Err(buf) => return recv_again(&mut c, buf),
+                Err(buf) => return recv_again(&mut c, qp, buf, &mut free, &mut n),
             };
             let Some(ah) = peers.known(from, now) else {
                 if first.len() < first.capacity() {
@@ -135,9 +136,12 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 qpn: from_qp,
                 qkey: DEFAULT_QKEY,
             };
-            if let Err(e) = c.poster().post_ud_send(qp, &dest, req) {
-                n.dropped += 1;
-                free.extend(e.request.into_bufs());
+            match c.poster().post_ud_send(qp, &dest, req) {
+                Ok(()) => n.engine.posts += 1,
+                Err(e) => {
+                    n.dropped += 1;
+                    free.extend(e.request.into_bufs());
+                }
             }
         })?;
         if !first.is_empty() || polls % 512 == 0 {
@@ -165,9 +169,12 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                     }
                     None => Err(req),
                 };
-                if let Err(req) = sent {
-                    n.dropped += 1;
-                    free.extend(req.into_bufs());
+                match sent {
+                    Ok(()) => n.engine.posts += 1,
+                    Err(req) => {
+                        n.dropped += 1;
+                        free.extend(req.into_bufs());
+                    }
                 }
             }
         }
@@ -175,10 +182,15 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
             if let Err(e) = engine.post_recv(qp, RecvRequest::new(buf)) {
                 return Err(format!("server: a receive was refused: {}", e.error).into());
             }
+            n.engine.posts += 1;
         }
         let slept = nap.after_poll(&engine, got)?;
         if polls % 512 == 0 || slept {
             accept(&server, &ours);
+            n.conns = peers.len() as u64;
+            if let Some(p) = &published {
+                p.publish(0, &n);
+            }
             summary.tick(&n, peers.len());
             if summary.over(opts.seconds) {
                 break;
@@ -193,6 +205,21 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         opts.max_conns
     );
     Ok(())
+}
+
+/// Posts `buf` as a receive on `qp` from the poll's handler (kept in
+/// `free` if refused, for the loop to post again).
+fn recv_again(
+    c: &mut verbs::CompletionRef<'_, ArenaBuf>,
+    qp: QpId,
+    buf: ArenaBuf,
+    free: &mut Vec<ArenaBuf>,
+    n: &mut Counters,
+) {
+    match c.poster().post_recv(qp, RecvRequest::new(buf)) {
+        Ok(()) => n.engine.posts += 1,
+        Err(e) => free.extend(e.request.into_bufs()),
+    }
 }
 
 /// The engine's address handles, from `qp`'s port.
