@@ -50,6 +50,27 @@ pub struct ShardCounts {
 /// How one family's value is read from a shard's counts.
 type Field = fn(&ShardCounts) -> u64;
 
+impl ShardCounts {
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &ShardCounts) {
+        let e = &mut self.engine;
+        e.posts += other.engine.posts;
+        e.completions += other.engine.completions;
+        e.bytes += other.engine.bytes;
+        for (sum, n) in e.errors.iter_mut().zip(other.engine.errors) {
+            *sum += n;
+        }
+        self.requests += other.requests;
+        self.malformed += other.malformed;
+        self.too_large += other.too_large;
+        self.unknown_op += other.unknown_op;
+        self.dropped += other.dropped;
+        self.conns_gone += other.conns_gone;
+        self.silent_gone += other.silent_gone;
+        self.conns += other.conns;
+    }
+}
+
 /// A counter's or gauge's family: its help, type and one sample per
 /// label set.
 fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, u64)]) {

@@ -37,6 +37,15 @@ impl Published {
         }
     }
 
+    /// Every shard's counts summed.
+    pub fn total(&self) -> ShardCounts {
+        let mut sum = ShardCounts::default();
+        for s in self.snapshot() {
+            sum.add(&s);
+        }
+        sum
+    }
+
     fn snapshot(&self) -> Vec<ShardCounts> {
         self.0.lock().map(|all| all.clone()).unwrap_or_default()
     }
