@@ -31,8 +31,9 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// holds no buffer): `SUCCESS` when the peer acknowledged it,
     /// `RETRY_EXC_ERR` when the peer is gone, `REM_INV_REQ_ERR` when its
     /// queue pair allows no remote write. Refused for a queue pair that is
-    /// not this engine's (or was removed), not RC (`Unsupported`), or not in RTS (`BadState`),
-    /// and as any send is when its queue is full.
+    /// not this engine's or was removed (`NotFound`), not RC
+    /// (`Unsupported`) or not in RTS (`BadState`), and as any send is when
+    /// its queue is full.
     pub fn keepalive(&mut self, qp: QpId, tag: u64) -> Result<(), Error> {
         let slot = self.slot(qp)?;
         if slot.transport != Transport::Rc {
