@@ -3,15 +3,18 @@
 //! a zero-length Read or Write). The peer's queue pair acknowledges it
 //! without touching memory; a peer that is gone never does, and the write
 //! fails after the retries. That is how a server finds a client that died
-//! with nothing of its in flight (`examples/rpc`).
+//! with nothing of its in flight (`examples/rpc`): the library's
+//! `Engine::keepalive` and `KeepaliveTable`, and what a hostile caller
+//! tries with them (a datagram, unconnected, removed or foreign queue pair).
 
 mod support;
 
 use std::time::Instant;
 
 use verbs::{
-    Access, ConnectOptions, MemoryRegion, ProtectionDomain, QpConfig, QueuePair, RemoteSlice,
-    SendOp, SendRequest, WcStatus,
+    Access, ConnectOptions, Engine, EngineConfig, ErrorKind, KeepaliveTable, MemoryRegion,
+    ProtectionDomain, QpConfig, QpId, QueuePair, RemoteSlice, SendOp, SendRequest, Transport,
+    WcStatus,
 };
 
 type Qp = QueuePair<MemoryRegion>;
@@ -90,4 +93,128 @@ fn a_keepalive_carries_no_data() {
         "{}",
         refused.error
     );
+}
+
+/// Two engines, a prober and a peer, with one queue pair each connected
+/// to the other; the peer's allows `remote_access`.
+fn engines(
+    pd: &ProtectionDomain,
+    remote_access: Access,
+) -> (Engine<MemoryRegion>, QpId, Engine<MemoryRegion>, QpId) {
+    let mut prober: Engine<MemoryRegion> = Engine::new(pd, &EngineConfig::default()).unwrap();
+    let mut peer: Engine<MemoryRegion> = Engine::new(pd, &EngineConfig::default()).unwrap();
+    let a = prober.add_qp(&QpConfig::default()).unwrap();
+    let b = peer
+        .add_qp(&QpConfig {
+            remote_access,
+            ..QpConfig::default()
+        })
+        .unwrap();
+    let (ea, eb) = (prober.endpoint(a).unwrap(), peer.endpoint(b).unwrap());
+    prober.connect_with(a, &eb, &fast_failing()).unwrap();
+    peer.connect_with(b, &ea, &fast_failing()).unwrap();
+    (prober, a, peer, b)
+}
+
+/// The library's keepalive on `qp` with `tag`: its completion's status.
+fn engine_keepalive(engine: &mut Engine<MemoryRegion>, qp: QpId, tag: u64) -> WcStatus {
+    engine.keepalive(qp, tag).unwrap();
+    let mut status = None;
+    engine
+        .wait(support::deadline(), |mut c| {
+            assert_eq!((c.qp(), c.tag()), (Some(qp), tag));
+            assert!(c.take_buf().is_none(), "a keepalive holds no buffer");
+            status = Some(c.status());
+        })
+        .expect("a completion, not a hang");
+    status.unwrap()
+}
+
+#[test]
+fn the_engines_keepalive_is_acknowledged_by_a_live_peer_and_fails_once_it_is_gone() {
+    let pd =
+        ProtectionDomain::new(&support::test_context("engine_keepalive_live_then_gone")).unwrap();
+    let (mut prober, a, mut peer, b) = engines(&pd, Access::REMOTE_WRITE);
+    // Through the table: a connection heard from is not probed; a silent
+    // one is, and its live peer acknowledges.
+    let mut table = KeepaliveTable::with_capacity(4);
+    table.add(a);
+    assert_eq!(
+        table.probe_silent(&mut prober, 7),
+        0,
+        "heard from when added"
+    );
+    assert_eq!(table.probe_silent(&mut prober, 7), 1, "silent for a round");
+    let mut done = Vec::new();
+    prober
+        .wait(support::deadline(), |c| done.push((c.tag(), c.status())))
+        .unwrap();
+    assert_eq!(done, [(7, WcStatus::SUCCESS)]);
+    for tag in 1..=3 {
+        assert_eq!(engine_keepalive(&mut prober, a, tag), WcStatus::SUCCESS);
+    }
+    // The peer's queue pair is destroyed: nothing answers its number.
+    peer.remove_qp(b).unwrap();
+    assert_eq!(engine_keepalive(&mut prober, a, 9), WcStatus::RETRY_EXC_ERR);
+    // In ERR now: a second probe is refused, not posted.
+    let err = prober.keepalive(a, 10).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::BadState, "{err}");
+    assert_eq!(table.probe_silent(&mut prober, 7), 0);
+}
+
+#[test]
+fn the_engines_keepalive_to_a_peer_allowing_no_remote_write_is_refused_by_it() {
+    let pd =
+        ProtectionDomain::new(&support::test_context("engine_keepalive_no_remote_write")).unwrap();
+    let (mut prober, a, _peer, _b) = engines(&pd, Access::EMPTY);
+    assert_eq!(
+        engine_keepalive(&mut prober, a, 1),
+        WcStatus::REM_INV_REQ_ERR
+    );
+}
+
+/// What a hostile caller tries: a keepalive on a datagram queue pair, on
+/// one not yet connected, on a removed one, on another engine's; each is
+/// an error and posts nothing.
+#[test]
+fn a_keepalive_on_a_datagram_unconnected_removed_or_foreign_queue_pair_is_an_error() {
+    let pd = ProtectionDomain::new(&support::test_context("engine_keepalive_hostile")).unwrap();
+    let (mut prober, a, mut peer, b) = engines(&pd, Access::REMOTE_WRITE);
+    let ud = prober
+        .add_qp(&QpConfig {
+            transport: Transport::Ud,
+            ..QpConfig::default()
+        })
+        .unwrap();
+    prober.ready_ud(ud).unwrap();
+    let err = prober.keepalive(ud, 1).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Unsupported, "{err}");
+    let unconnected = prober.add_qp(&QpConfig::default()).unwrap();
+    let err = prober.keepalive(unconnected, 1).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::BadState, "{err}");
+    prober.remove_qp(unconnected).unwrap();
+    let err = prober.keepalive(unconnected, 1).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    // The peer engine's queue pair, live and connected, named on the
+    // prober; and the prober's on the peer.
+    let err = prober.keepalive(b, 1).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    let err = peer.keepalive(a, 1).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotFound, "{err}");
+    // A table takes the prober's queue pairs and refuses the peer's; of
+    // those it holds, only the connected RC one is probed.
+    let mut table = KeepaliveTable::with_capacity(1);
+    assert!(table.add(a) && table.add(ud) && table.add(unconnected));
+    assert!(!table.add(b), "another engine's queue pair");
+    table.end_round(|_| {});
+    assert_eq!(table.probe_silent(&mut prober, 2), 1);
+    assert_eq!(prober.in_flight(a).unwrap(), (1, 0));
+    assert_eq!(prober.in_flight(ud).unwrap(), (0, 0));
+    let mut done = Vec::new();
+    prober
+        .wait(support::deadline(), |c| {
+            done.push((c.qp(), c.tag(), c.status()))
+        })
+        .unwrap();
+    assert_eq!(done, [(Some(a), 2, WcStatus::SUCCESS)]);
 }

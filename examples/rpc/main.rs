@@ -8,12 +8,19 @@
 //! ```text
 //! rpc server [--port N] [--dev D] [--max-payload B] [--srq-depth D]
 //!            [--max-conns C] [--seconds S] [--allow-stop] [--sleep-after N] [--ud]
+//!            [--metrics PORT] [--threads N]
 //! rpc client HOST [--port N] [--dev D] [--conns 1,4,16,64,256] [--size B]
 //!            [--seconds S] [--op echo|invert] [--nodes K --rank R --leader ADDR]
 //!            [--max-payload B] [--stop] [--bad] [--rnr K] [--hellos K]
 //!            [--sleep-after N] [--ud]
 //!   server   runs until a client's stop (with --allow-stop) or --seconds,
 //!            printing one line per second (requests/s, connections, errors)
+//!   --threads N  (server, RC) N shards, each a thread with its own engine,
+//!            shared receive queue and arena; the acceptor hands each new
+//!            client to the next shard in turn (--max-conns split over them)
+//!   --metrics PORT  (server) serve `GET /metrics` over HTTP on PORT:
+//!            Prometheus text of its counts and the device port's hardware
+//!            counters (metrics.rs, scrape.rs)
 //!   --conns  load levels: total connections over all K client nodes (this
 //!            node opens its share); one RESULT line per level (on rank 0)
 //!   --nodes/--rank/--leader  the client nodes keep in step through the
@@ -38,14 +45,16 @@ mod barrier;
 mod client;
 #[path = "../perf/clock.rs"]
 mod clock;
-mod keepalive;
+mod metrics;
 mod nap;
 mod peers;
 mod probes;
 mod proto;
 mod refusals;
+mod scrape;
 mod server;
 mod server_ud;
+mod shard;
 mod stats;
 
 use std::process::ExitCode;
@@ -90,6 +99,8 @@ pub struct Opts {
     pub hellos: usize,
     pub sleep_after: u32,
     pub ud: bool,
+    pub metrics: Option<u16>,
+    pub threads: usize,
 }
 
 const USAGE: &str =
@@ -117,6 +128,8 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
         hellos: 0,
         sleep_after: 0,
         ud: false,
+        metrics: None,
+        threads: 1,
     };
     let mut it = args.iter();
     let role = it.next().cloned().ok_or("a role: server or client")?;
@@ -137,6 +150,8 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
                 let bad = |e: &dyn std::fmt::Display| format!("{flag} {v}: {e}");
                 match flag.as_str() {
                     "--port" => o.port = v.parse().map_err(|e| bad(&e))?,
+                    "--threads" => o.threads = v.parse().map_err(|e| bad(&e))?,
+                    "--metrics" => o.metrics = Some(v.parse().map_err(|e| bad(&e))?),
                     "--dev" => o.dev = Some(v.clone()),
                     "--max-payload" => o.max_payload = v.parse().map_err(|e| bad(&e))?,
                     "--srq-depth" => o.srq_depth = v.parse().map_err(|e| bad(&e))?,
@@ -176,6 +191,9 @@ fn parse(args: &[String]) -> Result<(String, Opts), String> {
             "--size {} is over --max-payload {}",
             o.size, o.max_payload
         ));
+    }
+    if o.threads == 0 || o.threads > 64 || (o.ud && o.threads > 1) {
+        return Err("--threads is 1 to 64, and 1 with --ud".into());
     }
     if o.leader.is_empty() {
         o.leader = "127.0.0.1".into();

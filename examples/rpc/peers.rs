@@ -43,6 +43,14 @@ impl<H: Copy> Peers<H> {
         self.by_gid.len()
     }
 
+    /// The handle held for `gid`, heard from at `now`; `None` (nothing
+    /// made) if there is none yet.
+    pub fn known(&mut self, gid: Gid, now: Instant) -> Option<H> {
+        let (h, heard) = self.by_gid.get_mut(&gid)?;
+        *heard = now;
+        Some(*h)
+    }
+
     /// The handle to `gid`, heard from at `now`: the one held, or a new
     /// one (`None`: none could be made, and nothing is held for it).
     /// When the table is full the peer heard from longest ago is given up
@@ -109,7 +117,8 @@ mod tests {
         assert_eq!(peers.route(gid(1), at(0), &mut h), Some(1));
         assert_eq!(peers.route(gid(2), at(1), &mut h), Some(2));
         // Heard again: the same handle, and now the most recent.
-        assert_eq!(peers.route(gid(1), at(2), &mut h), Some(1));
+        assert_eq!(peers.known(gid(1), at(2)), Some(1));
+        assert_eq!(peers.known(gid(9), at(2)), None);
         // Full: a new peer takes the place of the one heard longest ago.
         assert_eq!(peers.route(gid(3), at(3), &mut h), Some(3));
         assert_eq!((h.gone.as_slice(), peers.len()), (&[2][..], 2));

@@ -1,27 +1,25 @@
-//! The service: one engine (one completion queue, one shared receive
-//! queue) holding every client's queue pair, one thread polling it. A
-//! request's receive buffer carries its response back (the header
-//! rewritten, the payload echoed or inverted in place), then returns to
-//! the shared receive queue. Handshakes run on the exchange server's
-//! threads (bounded, a stalled one never blocks the data path); the loop
-//! only picks up finished ones.
+//! The service over RC: an acceptor (this thread, the exchange server's
+//! handshakes) handing each new client to one of `--threads` shards in
+//! turn (shard.rs: each its own engine, shared receive queue and arena,
+//! no lock between them), once a second a line of the shards' sums, and
+//! what a request gets back (`respond`, shared with the UD server).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, TrySendError};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use verbs::exchange::{Server, ServerConfig};
-use verbs::{
-    ArenaBuf, ConnectOptions, Context, Deadline, Engine, EngineConfig, HostBuf, Local,
-    ProtectionDomain, QpConfig, QpId, RecvRequest, SendOp, SendRequest, SrqConfig, WcStatus,
-};
+use verbs::exchange::{Handshake, Server, ServerConfig};
+use verbs::{ArenaBuf, Context, Deadline, HostBuf, Local, SendOp, SendRequest};
 
-use crate::keepalive::{self, Connections};
-use crate::nap::Nap;
 use crate::proto::{judge, Header, Op, Status, HEADER};
+use crate::scrape::{self, Published};
+use crate::shard;
 use crate::{BoxError, Opts};
 
 /// Queue-pair send depth: a closed-loop client has one request out, a
 /// pipelining one a few; beyond this its responses are dropped (counted).
-const SEND_DEPTH: u32 = 8;
+pub const SEND_DEPTH: u32 = 8;
 
 /// How often a response a client has no receive for is tried again, each
 /// after the timer the client's queue pair asks for (at most 655 ms),
@@ -31,17 +29,17 @@ const SEND_DEPTH: u32 = 8;
 /// request and never meets it.
 pub const RNR_RETRY: u8 = 3;
 
-#[derive(Default)]
-pub struct Counters {
-    pub requests: u64,
-    malformed: u64,
-    too_large: u64,
-    unknown: u64,
-    pub dropped: u64,
-    pub conns_gone: u64,
-    /// Of those, found by a keepalive: nothing else was in flight to them.
-    silent_gone: u64,
-}
+/// How long a connection may be silent before the library's keepalive
+/// asks whether its client is there (`Engine::keepalive`: a zero-length
+/// RDMA Write naming no memory, which clients allow at their queue pairs).
+/// A dead client is dropped within about this plus the retries.
+pub const KEEPALIVE_ROUND: Duration = Duration::from_millis(500);
+
+/// A keepalive's tag (a response's is 0).
+pub const KEEPALIVE: u64 = 1;
+
+/// What a shard counts (metrics.rs renders it for `--metrics`).
+pub use crate::metrics::ShardCounts as Counters;
 
 impl Counters {
     pub fn errors(&self) -> String {
@@ -49,7 +47,7 @@ impl Counters {
             "malformed={} too_large={} unknown_op={} dropped={} conns_gone={} (silent {})",
             self.malformed,
             self.too_large,
-            self.unknown,
+            self.unknown_op,
             self.dropped,
             self.conns_gone,
             self.silent_gone
@@ -105,32 +103,8 @@ impl Summary {
 }
 
 pub fn run(opts: &Opts) -> Result<(), BoxError> {
+    let threads = opts.threads.max(1);
     let ctx = Context::open(opts.dev.as_deref())?;
-    let pd = ProtectionDomain::new(&ctx)?;
-    // Receive buffers hold twice the largest payload served: a request
-    // claiming more than the limit but fitting is answered "too large";
-    // one bigger than the buffer is the transport's error (its
-    // connection alone goes to ERR and is dropped).
-    let buf_len = HEADER + 2 * opts.max_payload as usize;
-    let srq_depth = opts.srq_depth;
-    let spare = opts.max_conns * SEND_DEPTH;
-    let buffers = srq_depth + spare;
-    let mut arena = crate::arena(&pd, buffers as usize, buf_len)?;
-    let config = EngineConfig {
-        cq_depth: Some(srq_depth + spare),
-        srq: Some(SrqConfig {
-            max_wr: srq_depth,
-            max_sge: 1,
-        }),
-        events: opts.sleep_after > 0,
-        ..EngineConfig::default()
-    };
-    let mut engine: Engine<ArenaBuf> = Engine::new(&pd, &config)?;
-    for _ in 0..srq_depth {
-        engine
-            .post_srq_recv(RecvRequest::new(arena.alloc(buf_len)?))
-            .map_err(|e| e.error)?;
-    }
     let server = Server::bind(
         ("0.0.0.0", opts.port),
         ServerConfig {
@@ -140,119 +114,78 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         },
         |peer, err| eprintln!("server: refused {peer}: {err}"),
     )?;
+    // Each shard holds its part of --max-conns.
+    let per_shard = opts.max_conns.div_ceil(threads as u32);
     println!(
-        "server: listening on port {}, payloads up to {} B, {} receives shared, up to {} clients",
-        opts.port, opts.max_payload, srq_depth, opts.max_conns
+        "server: listening on port {}, payloads up to {} B, {} receives shared per shard, up to {} clients, {} shard(s)",
+        opts.port, opts.max_payload, opts.srq_depth, opts.max_conns, threads
     );
-    let qp_config = QpConfig {
-        max_send_wr: SEND_DEPTH,
-        max_recv_wr: 1,
-        ..QpConfig::default()
-    };
-    // A dead client is found within about a second (timeout 14, 3 retries)
-    // of something sent to it: a response, or a keepalive (keepalive.rs);
-    // one that posts no receive within RNR_RETRY of its timer; a full
-    // shared receive queue makes senders wait, not fail.
-    let connect = ConnectOptions {
-        retry_cnt: 3,
-        rnr_retry: RNR_RETRY,
-        ..ConnectOptions::default()
-    };
-    let mut live = Connections::new();
-    let mut dead: Vec<QpId> = Vec::with_capacity(opts.max_conns as usize);
-    let mut free: Vec<ArenaBuf> = Vec::with_capacity(buffers as usize);
-    let mut scratch = vec![0u8; buf_len];
-    // At most one poll's worth (16 entries per queue) of responses.
-    let mut out: Vec<(QpId, SendRequest<ArenaBuf>)> = Vec::with_capacity(64);
-    let mut n = Counters::default();
+    let published = Published::new(threads);
+    if let Some(port) = opts.metrics {
+        scrape::serve(port, ctx.name().to_string(), published.clone())?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut to_shards = Vec::with_capacity(threads);
+    let mut shards = Vec::with_capacity(threads);
+    for i in 0..threads {
+        // A shard slow to pick up clients makes the acceptor refuse more,
+        // not queue without end.
+        let (tx, rx) = mpsc::sync_channel::<Handshake>(64);
+        let (opts, published, stop) = (opts.clone(), published.clone(), stop.clone());
+        let shard = std::thread::Builder::new()
+            .name(format!("shard{i}"))
+            .spawn(move || {
+                let result = shard::run(i, &opts, per_shard, rx, published, &stop);
+                stop.store(true, Ordering::Relaxed);
+                result.map_err(|e| e.to_string())
+            })?;
+        to_shards.push(tx);
+        shards.push(shard);
+    }
     let mut summary = Summary::new();
-    let mut stop = false;
-    let mut polls: u32 = 0;
-    let mut nap = Nap::new(opts.sleep_after, Duration::from_millis(50));
-    while !stop {
-        polls = polls.wrapping_add(1);
-        let got = engine.poll(|mut c| {
-            let qp = c.qp();
-            let failed = c.status() != WcStatus::SUCCESS;
-            let buf = c.take_buf();
-            if failed {
-                // A flushed or failed request: the connection is done.
-                n.silent_gone +=
-                    u64::from(c.tag() == keepalive::TAG && c.status() == WcStatus::RETRY_EXC_ERR);
-                if let Some(qp) = qp {
-                    if !dead.contains(&qp) && dead.len() < dead.capacity() {
-                        dead.push(qp);
-                    }
-                }
-                free.extend(buf);
-                return;
+    let mut next = 0;
+    while !stop.load(Ordering::Relaxed) {
+        // Round robin: a shard's queue pairs stay with it for their life.
+        if let Ok(hs) = server.next_client(Deadline::after(Duration::from_millis(50))) {
+            if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+                to_shards[next].try_send(hs)
+            {
+                eprintln!("server: shard {next} takes no more clients now: refused one");
             }
-            let Some(buf) = buf else { return };
-            if !c.is_recv() {
-                free.push(buf); // a response went out
-                return;
-            }
-            let Some(qp) = qp else {
-                free.push(buf);
-                return;
-            };
-            live.heard_from(qp);
-            n.requests += 1;
-            match respond(
-                buf,
-                0,
-                c.byte_len() as usize,
-                opts,
-                &mut scratch,
-                &mut n,
-                &mut stop,
-            ) {
-                Ok(response) => out.push((qp, response)),
-                Err(buf) => free.push(buf),
-            }
-        });
-        let got = got?;
-        // Responses built in the callback go out here (the callback cannot
-        // post: the engine is polling).
-        for (qp, req) in out.drain(..) {
-            if let Err(e) = engine.post_send(qp, req) {
-                n.dropped += 1;
-                free.extend(e.request.into_bufs());
-            }
+            next = (next + 1) % threads;
         }
-        // Keep the shared receive queue full.
-        while (engine.srq_posted() as u32) < srq_depth {
-            let Some(buf) = free.pop() else { break };
-            if let Err(e) = engine.post_srq_recv(RecvRequest::new(buf)) {
-                free.extend(e.request.into_bufs());
-                break;
-            }
-        }
-        for qp in dead.drain(..) {
-            // A failed destroy leaks the queue pair; the connection is
-            // gone either way.
-            let _ = engine.remove_qp(qp);
-            if live.remove(qp) {
-                n.conns_gone += 1;
-            }
-        }
-        let slept = nap.after_poll(&engine, got)?;
-        // New clients and the clock, every 512th poll or after a sleep: a
-        // busy loop stays a poll loop, and a handshake waits microseconds.
-        if got == 0 && polls % 512 != 0 && !slept {
-            continue;
-        }
-        if polls % 512 == 0 || slept {
-            accept(&server, &mut engine, &qp_config, &connect, &mut live, opts)?;
-            live.keep_alive(&mut engine, Instant::now());
-            summary.tick(&n, live.len());
-            if summary.over(opts.seconds) {
-                break;
-            }
+        let now = published.total();
+        summary.tick(&now, now.conns as usize);
+        if summary.over(opts.seconds) {
+            stop.store(true, Ordering::Relaxed);
         }
     }
-    summary.last_line(&n);
-    Ok(())
+    drop(to_shards);
+    let mut total = Counters::default();
+    let mut failed = None;
+    for shard in shards {
+        match shard.join() {
+            Ok(Ok(n)) => total.add(&n),
+            Ok(Err(e)) => failed = Some(e),
+            Err(_) => failed = Some("a shard panicked".to_string()),
+        }
+    }
+    summary.last_line(&total);
+    match failed {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+/// With `--metrics PORT`, the scrape endpoint's counts, published to once
+/// a second by the loop.
+pub fn metrics(opts: &Opts, ctx: &Context) -> Result<Option<Published>, BoxError> {
+    let Some(port) = opts.metrics else {
+        return Ok(None);
+    };
+    let published = Published::new(1);
+    scrape::serve(port, ctx.name().to_string(), published.clone())?;
+    Ok(Some(published))
 }
 
 /// The response to the request of `received` bytes at offset `at` of
@@ -283,7 +216,7 @@ pub fn respond(
             0
         }
         _ => {
-            n.unknown += 1;
+            n.unknown_op += 1;
             0
         }
     };
@@ -307,45 +240,10 @@ pub fn respond(
         return Err(buf);
     }
     match Local::range(buf, at, HEADER + len) {
-        Ok(local) => Ok(SendRequest::new(SendOp::Send, local)),
+        Ok(local) => {
+            n.engine.bytes += (HEADER + len) as u64;
+            Ok(SendRequest::new(SendOp::Send, local))
+        }
         Err((_, buf)) => Err(buf),
     }
-}
-
-/// Takes every client whose handshake finished: a queue pair on the
-/// engine, connected before our endpoint is revealed.
-fn accept(
-    server: &Server,
-    engine: &mut Engine<ArenaBuf>,
-    qp_config: &QpConfig,
-    connect: &ConnectOptions,
-    live: &mut Connections,
-    opts: &Opts,
-) -> Result<(), BoxError> {
-    while let Ok(hs) = server.next_client(Deadline::after(Duration::ZERO)) {
-        if live.len() >= opts.max_conns as usize {
-            eprintln!("server: full ({} clients): refused one", live.len());
-            continue; // dropping the handshake closes it unanswered
-        }
-        let qp = engine.add_qp(qp_config)?;
-        let ours = match engine
-            .connect_with(qp, hs.peer_endpoint(), connect)
-            .and_then(|_| engine.endpoint(qp))
-        {
-            Ok(ours) => ours,
-            Err(e) => {
-                eprintln!("server: a client's endpoint did not connect: {e}");
-                engine.remove_qp(qp)?;
-                continue;
-            }
-        };
-        match hs.reply(&ours) {
-            Ok(_session) => live.add(qp),
-            Err(e) => {
-                eprintln!("server: a client left during its handshake: {e}");
-                engine.remove_qp(qp)?;
-            }
-        }
-    }
-    Ok(())
 }

@@ -74,18 +74,26 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     );
     let mut peers: Peers<AhId> = Peers::new(opts.max_conns as usize);
     let mut n = Counters::default();
+    let published = crate::server::metrics(opts, &ctx)?;
     let mut summary = Summary::new();
     let mut scratch = vec![0u8; buf_len];
+    // Buffers a post refused, posted again after the poll.
     let mut free: Vec<ArenaBuf> = Vec::with_capacity(buffers as usize);
-    // One poll's worth of responses: the sender's GID and queue pair.
-    let mut out: Vec<(Gid, u32, SendRequest<ArenaBuf>)> = Vec::with_capacity(64);
-    let mut routes: Vec<Option<AhId>> = Vec::with_capacity(64);
+    // Requests from peers with no address handle yet (their first): the
+    // handle is made after the poll (making one is not a post), then the
+    // response goes out. Every other response is posted by the handler.
+    let mut first: Vec<(Gid, u32, SendRequest<ArenaBuf>)> = Vec::with_capacity(64);
     let (mut stop, mut polls) = (false, 0u32);
     let mut nap = Nap::new(opts.sleep_after, Duration::from_millis(50));
     while !stop {
         polls = polls.wrapping_add(1);
+        let now = Instant::now();
         let got = engine.poll(|mut c| {
             let ok = c.status() == WcStatus::SUCCESS;
+            n.engine.completions += 1;
+            if !ok {
+                n.engine.failed(c.status());
+            }
             let (is_recv, from_qp, len, at) = (
                 c.is_recv(),
                 c.src_qp(),
@@ -95,7 +103,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
             let Some(buf) = c.take_buf() else { return };
             if !ok || !is_recv || at != GRH_LEN {
                 n.dropped += u64::from(!ok);
-                free.push(buf);
+                recv_again(&mut c, qp, buf, &mut free, &mut n);
                 return;
             }
             let mut grh = [0u8; GRH_LEN];
@@ -105,55 +113,84 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 .and_then(|()| Grh::from_bytes(&grh))
                 .and_then(|g| g.source_gid());
             let Some(from) = from else {
-                free.push(buf);
+                recv_again(&mut c, qp, buf, &mut free, &mut n);
                 return;
             };
             n.requests += 1;
-            match respond(buf, at, len - at, opts, &mut scratch, &mut n, &mut stop) {
-                Ok(req) => out.push((from, from_qp, req)),
-                Err(buf) => free.push(buf),
+            n.engine.bytes += (len - at) as u64;
+            let req = match respond(buf, at, len - at, opts, &mut scratch, &mut n, &mut stop) {
+                Ok(req) => req,
+                Err(buf) => return recv_again(&mut c, qp, buf, &mut free, &mut n),
+            };
+            let Some(ah) = peers.known(from, now) else {
+                if first.len() < first.capacity() {
+                    first.push((from, from_qp, req));
+                } else {
+                    n.dropped += 1;
+                    free.extend(req.into_bufs());
+                }
+                return;
+            };
+            let dest = UdDest {
+                ah,
+                qpn: from_qp,
+                qkey: DEFAULT_QKEY,
+            };
+            match c.poster().post_ud_send(qp, &dest, req) {
+                Ok(()) => n.engine.posts += 1,
+                Err(e) => {
+                    n.dropped += 1;
+                    free.extend(e.request.into_bufs());
+                }
             }
         })?;
-        // Routes first, then sends: an address handle is only given up
-        // while no send is in flight (one may name it).
-        let now = Instant::now();
-        let mut handles = AddressHandles {
-            engine: &mut engine,
-            qp,
-        };
-        if polls % 512 == 0 {
-            peers.prune(now, &mut handles);
-        }
-        routes.clear();
-        routes.extend(
-            out.iter()
-                .map(|&(gid, _, _)| peers.route(gid, now, &mut handles)),
-        );
-        for ((_, qpn, req), ah) in out.drain(..).zip(routes.drain(..)) {
-            let sent = match ah {
-                Some(ah) => {
-                    let dest = UdDest {
-                        ah,
-                        qpn,
-                        qkey: DEFAULT_QKEY,
-                    };
-                    engine.post_ud_send(qp, &dest, req).map_err(|e| e.request)
-                }
-                None => Err(req),
+        if !first.is_empty() || polls % 512 == 0 {
+            // Routes first, then sends: an address handle is only given
+            // up while no send is in flight (one may name it).
+            let mut handles = AddressHandles {
+                engine: &mut engine,
+                qp,
             };
-            if let Err(req) = sent {
-                n.dropped += 1;
-                free.extend(req.into_bufs());
+            if polls % 512 == 0 {
+                peers.prune(now, &mut handles);
+            }
+            for (gid, qpn, req) in first.drain(..) {
+                let sent = match peers.route(gid, now, &mut handles) {
+                    Some(ah) => {
+                        let dest = UdDest {
+                            ah,
+                            qpn,
+                            qkey: DEFAULT_QKEY,
+                        };
+                        handles
+                            .engine
+                            .post_ud_send(qp, &dest, req)
+                            .map_err(|e| e.request)
+                    }
+                    None => Err(req),
+                };
+                match sent {
+                    Ok(()) => n.engine.posts += 1,
+                    Err(req) => {
+                        n.dropped += 1;
+                        free.extend(req.into_bufs());
+                    }
+                }
             }
         }
         for buf in free.drain(..) {
             if let Err(e) = engine.post_recv(qp, RecvRequest::new(buf)) {
                 return Err(format!("server: a receive was refused: {}", e.error).into());
             }
+            n.engine.posts += 1;
         }
         let slept = nap.after_poll(&engine, got)?;
         if polls % 512 == 0 || slept {
             accept(&server, &ours);
+            n.conns = peers.len() as u64;
+            if let Some(p) = &published {
+                p.publish(0, &n);
+            }
             summary.tick(&n, peers.len());
             if summary.over(opts.seconds) {
                 break;
@@ -168,6 +205,21 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         opts.max_conns
     );
     Ok(())
+}
+
+/// Posts `buf` as a receive on `qp` from the poll's handler (kept in
+/// `free` if refused, for the loop to post again).
+fn recv_again(
+    c: &mut verbs::CompletionRef<'_, ArenaBuf>,
+    qp: QpId,
+    buf: ArenaBuf,
+    free: &mut Vec<ArenaBuf>,
+    n: &mut Counters,
+) {
+    match c.poster().post_recv(qp, RecvRequest::new(buf)) {
+        Ok(()) => n.engine.posts += 1,
+        Err(e) => free.extend(e.request.into_bufs()),
+    }
 }
 
 /// The engine's address handles, from `qp`'s port.

@@ -12,6 +12,7 @@
 //!   `lane`: one queue pair's prepared pair, checked once, posted often.
 //! - `setup`, `connect`, `expose`: building, connecting, exposing memory.
 //! - `ud`, `ah_table`: datagrams and the address handles they name.
+//! - `keepalive`: finding a silent dead peer of a reliable connection.
 //!
 //! See `docs/ARCHITECTURE.md` for the path of one post and one poll.
 
@@ -28,6 +29,7 @@ mod doorbell;
 mod expose;
 mod flights;
 pub(crate) mod id;
+mod keepalive;
 mod lane;
 mod lane_room;
 mod path;
@@ -60,6 +62,7 @@ pub use expose::Exposing;
 // trait stays unnamed.
 pub(crate) use doorbell::Provider;
 pub use id::RAW_ID_LIMIT;
+pub use keepalive::KeepaliveTable;
 pub use lane::{Lane, LanePoll};
 pub use path::PathInfo;
 pub use post::PostError;
