@@ -145,7 +145,9 @@ pub fn run(opts: &Opts, host: &str) -> Result<bool, BoxError> {
                 session.client_exchange(&ours, None, deadline)?
             };
             remote = remote.or(peer.regions.first().copied());
-            engine.connect_with(qp, &peer, &config.paths.connect_options(index))?;
+            proto::connect_retrying(deadline, || {
+                engine.connect_with(qp, &peer, &config.paths.connect_options(index))
+            })?;
             let a = engine.query(qp)?;
             let psn = engine.endpoint(qp)?.psn;
             println!(

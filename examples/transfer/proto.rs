@@ -179,3 +179,23 @@ mod tests {
         assert_ne!(sum(&a), base);
     }
 }
+
+/// Runs a path's connect again while it fails with ETIMEDOUT, until
+/// `deadline`: INIT -> RTR resolves the peer's link-layer address, and on
+/// a lossy plane (the drill's 2 %) or a starved guest the kernel's
+/// neighbour lookup can time out although the next one succeeds. A
+/// failed transition leaves the queue pair in INIT, so trying again is
+/// allowed; any other error is returned at once.
+pub fn connect_retrying<T>(
+    deadline: Deadline,
+    mut connect: impl FnMut() -> Result<T, verbs::Error>,
+) -> Result<T, verbs::Error> {
+    loop {
+        match connect() {
+            Err(e) if e.errno() == Some(libc::ETIMEDOUT) && !deadline.passed() => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
+}

@@ -60,9 +60,11 @@ pub fn serve(opts: &Opts, devs: &[String], mut hello: Handshake) -> Result<bool,
     // the region with it) is revealed. The client connects its end with
     // the path's flow label and retry policy; this end only answers.
     let first = planes[0].qps[0];
-    planes[0].engine.connect(first, hello.peer_endpoint())?;
-    let mut session = hello.reply(&ours(&planes[0], first)?)?;
     let deadline = Deadline::after(PATHS_WITHIN);
+    proto::connect_retrying(deadline, || {
+        planes[0].engine.connect(first, hello.peer_endpoint())
+    })?;
+    let mut session = hello.reply(&ours(&planes[0], first)?)?;
     for plane in &mut planes {
         for qp in plane.qps.clone() {
             if qp != first {
@@ -164,7 +166,7 @@ fn answer(
     deadline: Deadline,
 ) -> Result<Session, BoxError> {
     let hello = session.read_hello(None, deadline)?;
-    plane.engine.connect(qp, hello.peer_endpoint())?;
+    proto::connect_retrying(deadline, || plane.engine.connect(qp, hello.peer_endpoint()))?;
     Ok(hello.reply(&ours(plane, qp)?)?)
 }
 
@@ -184,7 +186,9 @@ fn repath(
     let fresh = plane.engine.add_qp(&qp_config())?;
     plane.qps[path % qps] = fresh;
     let hello = session.read_hello(None, Deadline::after(Duration::from_secs(2)))?;
-    let connected = plane.engine.connect(fresh, hello.peer_endpoint());
+    let connected = proto::connect_retrying(Deadline::after(Duration::from_secs(2)), || {
+        plane.engine.connect(fresh, hello.peer_endpoint())
+    });
     println!(
         "server: path {path} replaced (old QP was {}{}), new QP connected: {}",
         was.unwrap_or_else(|e| e.to_string()),
