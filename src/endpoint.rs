@@ -14,6 +14,20 @@ use crate::sys::ibv_link_layer as LinkLayer;
 /// Largest queue pair number: QPNs are 24-bit on the wire (BTH `DestQP`).
 pub const MAX_QPN: u32 = 0x00FF_FFFF;
 
+/// Smallest QPN a peer may have: 0 and 1 are the special SMI and GSI
+/// queue pairs, which no reliable-connected queue pair is.
+pub const MIN_PEER_QPN: u32 = 2;
+
+/// Largest QPN a peer may have: `0xFFFFFF` addresses a multicast group,
+/// which no reliable-connected queue pair is.
+pub const MAX_PEER_QPN: u32 = 0x00FF_FFFE;
+
+/// Whether a peer's queue pair can have `qpn`:
+/// [`MIN_PEER_QPN`]`..=`[`MAX_PEER_QPN`].
+pub const fn is_peer_qpn(qpn: u32) -> bool {
+    qpn >= MIN_PEER_QPN && qpn <= MAX_PEER_QPN
+}
+
 /// Largest packet sequence number: PSNs are 24-bit on the wire (BTH `PSN`).
 pub const MAX_PSN: u32 = 0x00FF_FFFF;
 
@@ -138,6 +152,54 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// The endpoint of a peer that sent the four values C programs
+    /// exchange (the primer's `conn_info`, rdma-core's examples): its
+    /// queue pair number, first PSN, LID and GID, sharing no memory (push
+    /// the regions it told you about onto `regions`).
+    ///
+    /// Refused: a QPN no reliable-connected queue pair can have (0 and 1
+    /// are the special SMI and GSI queue pairs, `0xFFFFFF` is multicast,
+    /// anything wider than 24 bits), and a PSN wider than 24 bits; the
+    /// same rules a server applies to a hello (`verbs::exchange`).
+    ///
+    /// # MTU
+    ///
+    /// `mtu` is set to [`Mtu::MTU_4096`], the largest, because C peers do
+    /// not send theirs: [`crate::Engine::connect`] uses the smaller of
+    /// the peer's `mtu` and this side's port's active MTU (and
+    /// [`crate::QpConfig::max_mtu`]), so the path MTU becomes this port's.
+    /// Both sides of a connection must agree on it: if the C peer
+    /// hard-codes one (the primer uses `IBV_MTU_1024`), set `mtu` to it
+    /// (`Endpoint { mtu: Mtu::MTU_1024, ..Endpoint::new(..)? }`).
+    ///
+    /// ```
+    /// use verbs::{Endpoint, Gid, Mtu};
+    /// // What a C peer printed or sent: qpn 0x11, psn 0, lid 0, its GID.
+    /// let gid = Gid::from_ipv4([10, 0, 0, 2]);
+    /// let peer = Endpoint { mtu: Mtu::MTU_1024, ..Endpoint::new(0x11, 0, 0, gid)? };
+    /// assert!(Endpoint::new(1, 0, 0, gid).is_err()); // the GSI queue pair
+    /// # Ok::<(), verbs::endpoint::EndpointError>(())
+    /// ```
+    pub fn new(qpn: u32, psn: u32, lid: u16, gid: Gid) -> Result<Endpoint, EndpointError> {
+        if qpn > MAX_QPN {
+            return Err(EndpointError::QpnTooWide(qpn));
+        }
+        if !is_peer_qpn(qpn) {
+            return Err(EndpointError::ReservedQpn(qpn));
+        }
+        if psn > MAX_PSN {
+            return Err(EndpointError::PsnTooWide(psn));
+        }
+        Ok(Endpoint {
+            qpn,
+            psn,
+            lid,
+            gid,
+            mtu: Mtu::MTU_4096,
+            regions: Vec::new(),
+        })
+    }
+
     /// Checks what the wire format and `modify_qp` rely on: QPN and PSN
     /// fit 24 bits, the MTU code is known, at most [`MAX_REGIONS`] regions
     /// and no region whose `addr + len` overflows. Encoding refuses, and
@@ -199,6 +261,9 @@ impl Endpoint {
 pub enum EndpointError {
     /// The QPN does not fit 24 bits.
     QpnTooWide(u32),
+    /// The QPN (carried) is one no reliable-connected queue pair has:
+    /// 0 (SMI), 1 (GSI) or `0xFFFFFF` (multicast).
+    ReservedQpn(u32),
     /// The PSN does not fit 24 bits.
     PsnTooWide(u32),
     /// The MTU code is not one of `enum ibv_mtu`'s.
@@ -225,6 +290,9 @@ impl EndpointError {
     pub const fn reason(&self) -> &'static str {
         match self {
             EndpointError::QpnTooWide(_) => "qpn wider than 24 bits (max 0xffffff)",
+            EndpointError::ReservedQpn(_) => {
+                "qpn reserved (0 is SMI, 1 is GSI, 0xffffff is multicast): no RC peer has it"
+            }
             EndpointError::PsnTooWide(_) => "psn wider than 24 bits (max 0xffffff)",
             EndpointError::UnknownMtu(_) => {
                 "unknown mtu code (expected 1..=5, IBV_MTU_256..IBV_MTU_4096)"
@@ -247,6 +315,11 @@ impl fmt::Display for EndpointError {
             EndpointError::QpnTooWide(v) => {
                 write!(f, "qpn {v:#x} wider than 24 bits (max {MAX_QPN:#x})")
             }
+            EndpointError::ReservedQpn(v) => write!(
+                f,
+                "qpn {v:#x} is reserved (0 is SMI, 1 is GSI, 0xffffff is multicast): \
+                 no reliable-connected peer has it"
+            ),
             EndpointError::PsnTooWide(v) => {
                 write!(f, "psn {v:#x} wider than 24 bits (max {MAX_PSN:#x})")
             }
@@ -372,6 +445,33 @@ mod tests {
             Err(EndpointError::RegionOverflow { index: 1 })
         );
         assert!(e.validate().unwrap_err().to_string().contains("region 1"));
+    }
+
+    #[test]
+    fn new_takes_what_c_peers_exchange_and_refuses_what_no_peer_has() {
+        let gid = Gid::from_ipv4([10, 0, 0, 2]);
+        let e = Endpoint::new(0x11, 0x22, 3, gid).unwrap();
+        assert_eq!((e.qpn, e.psn, e.lid, e.gid), (0x11, 0x22, 3, gid));
+        assert_eq!(e.mtu, Mtu::MTU_4096, "the port's MTU decides");
+        assert!(e.regions.is_empty());
+        assert_eq!(e.validate(), Ok(()));
+        for qpn in [0, 1, MAX_QPN] {
+            assert_eq!(
+                Endpoint::new(qpn, 0, 0, gid),
+                Err(EndpointError::ReservedQpn(qpn))
+            );
+        }
+        assert_eq!(
+            Endpoint::new(MAX_QPN + 1, 0, 0, gid),
+            Err(EndpointError::QpnTooWide(MAX_QPN + 1))
+        );
+        assert_eq!(
+            Endpoint::new(2, MAX_PSN + 1, 0, gid),
+            Err(EndpointError::PsnTooWide(MAX_PSN + 1))
+        );
+        assert!(Endpoint::new(MAX_PEER_QPN, MAX_PSN, 0, gid).is_ok());
+        let text = Endpoint::new(1, 0, 0, gid).unwrap_err().to_string();
+        assert!(text.contains("GSI"), "{text}");
     }
 
     #[test]

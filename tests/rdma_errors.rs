@@ -231,7 +231,7 @@ fn after_an_error_later_requests_flush_and_say_so() {
 fn misuse_is_refused_with_a_typed_error() {
     let (ctx, pd, mut a, b) = setup("misuse_is_refused_with_a_typed_error");
     // Connecting twice.
-    let e = a.connect(&b.endpoint()).unwrap_err();
+    let e = a.connect(&b.endpoint().unwrap()).unwrap_err();
     assert_eq!(e.kind(), ErrorKind::BadState);
     // Unaligned atomic target.
     let target = support::remote_region(&pd, 4096);

@@ -36,7 +36,7 @@ fn event_pair(name: &str) -> (ProtectionDomain, Qp, Qp) {
     };
     let mut a = Qp::with_engine(&pd, &config, &events).unwrap();
     let mut b = Qp::with_engine(&pd, &config, &events).unwrap();
-    let (ea, eb) = (a.endpoint(), b.endpoint());
+    let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
     a.connect(&eb).unwrap();
     b.connect(&ea).unwrap();
     assert!(

@@ -519,7 +519,7 @@ fn with_a_separate_receive_cq_each_poll_takes_only_its_queue() {
     assert_eq!(refused.kind(), ErrorKind::InvalidArgument);
     let mut a = Qp::with_engine(&pd, &config, &separate).unwrap();
     let mut b = Qp::with_engine(&pd, &config, &separate).unwrap();
-    let (ea, eb) = (a.endpoint(), b.endpoint());
+    let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
     a.connect(&eb).unwrap();
     b.connect(&ea).unwrap();
     let buf = |len| Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, len).unwrap();

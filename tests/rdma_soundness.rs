@@ -35,7 +35,7 @@ fn srq_engine(pd: &ProtectionDomain) -> (Engine<ArenaBuf>, verbs::QpId, QueuePai
     let config = support::config();
     let qp = engine.add_qp(&config).unwrap();
     let mut sender = QueuePair::new(pd, &config).unwrap();
-    let (es, er) = (sender.endpoint(), engine.endpoint(qp).unwrap());
+    let (es, er) = (sender.endpoint().unwrap(), engine.endpoint(qp).unwrap());
     sender.connect(&er).unwrap();
     engine.connect(qp, &es).unwrap();
     (engine, qp, sender)

@@ -34,7 +34,7 @@ use crate::tlsf::{Stats, TlsfError};
 
 use super::carve::{arena_tlsf, Carver};
 use super::contract::{HostBuf, NicBuf};
-use super::region::Access;
+use super::access::Access;
 use super::return_queue::ReturnQueue;
 
 /// How to build an arena.

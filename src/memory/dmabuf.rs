@@ -7,7 +7,7 @@ use crate::pd::ProtectionDomain;
 use crate::raw::RawMr;
 
 use super::contract::NicBuf;
-use super::region::Access;
+use super::access::Access;
 
 /// A registration of `len` bytes of a dmabuf (`ibv_reg_dmabuf_mr`). The
 /// CPU never touches the memory through it (it is a [`NicBuf`], not a

@@ -12,7 +12,7 @@ use crate::raw::{RawMr, RawMw};
 
 use super::arena::ArenaBuf;
 use super::contract::{check_range, volatile_copy_in, volatile_copy_out, HostBuf, NicBuf};
-use super::region::Access;
+use super::access::Access;
 
 /// How an [`ExposedBuf`] grants access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -24,6 +24,7 @@
 //! and the buffer types' implementations of the two contracts.
 #![allow(unsafe_code)]
 
+mod access;
 mod arena;
 mod carve;
 mod contract;
@@ -41,6 +42,8 @@ pub use carve::{ArenaModel, ModelBuf};
 pub use dmabuf::DmabufRegion;
 pub(crate) use exposed::check_access;
 pub use exposed::{Exposed, ExposedBuf};
-pub use region::{Access, ForeignRegion, MemoryRegion};
+#[doc(inline)]
+pub use access::Access;
+pub use region::{ForeignRegion, MemoryRegion};
 
 pub use contract::{HostBuf, NicBuf};

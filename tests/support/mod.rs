@@ -68,7 +68,7 @@ pub fn connected_pair_with<B: verbs::NicBuf>(
 ) -> (QueuePair<B>, QueuePair<B>) {
     let mut a = QueuePair::new(pd, config).expect("create QP a");
     let mut b = QueuePair::new(pd, config).expect("create QP b");
-    let (ea, eb) = (a.endpoint(), b.endpoint());
+    let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
     a.connect_with(&eb, opts).expect("connect a -> b");
     b.connect_with(&ea, opts).expect("connect b -> a");
     (a, b)
