@@ -338,6 +338,7 @@ fn accessors_of_a_queue_pair_taken_away_are_errors_not_panics() {
             ("gid", qp.gid().err()),
             ("port", qp.port().err()),
             ("query", qp.query().err()),
+            ("endpoint", qp.endpoint().err()),
         ];
         for (call, e) in errors {
             let e = e.unwrap_or_else(|| panic!("{call}() answered on a queue pair {name}"));
