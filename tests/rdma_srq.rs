@@ -42,7 +42,10 @@ fn several_queue_pairs_share_one_receive_pool() {
     for _ in 0..3 {
         let mut sender = QueuePair::<MemoryRegion>::new(&pd, &config).unwrap();
         let receiver = engine.add_qp(&config).unwrap();
-        let (es, er) = (sender.endpoint().unwrap(), engine.endpoint(receiver).unwrap());
+        let (es, er) = (
+            sender.endpoint().unwrap(),
+            engine.endpoint(receiver).unwrap(),
+        );
         sender.connect(&er).unwrap();
         engine.connect(receiver, &es).unwrap();
         // A receive through the SRQ: refused on the queue pair itself.

@@ -39,11 +39,11 @@ pub use arena::{Arena, ArenaBuf, ArenaConfig, DEFAULT_FRONT_CACHE};
 #[doc(hidden)]
 pub use carve::{ArenaModel, ModelBuf};
 
+#[doc(inline)]
+pub use access::Access;
 pub use dmabuf::DmabufRegion;
 pub(crate) use exposed::check_access;
 pub use exposed::{Exposed, ExposedBuf};
-#[doc(inline)]
-pub use access::Access;
 pub use region::{ForeignRegion, MemoryRegion};
 
 pub use contract::{HostBuf, NicBuf};
