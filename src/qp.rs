@@ -166,6 +166,33 @@ impl<B: NicBuf, P: Provider> QueuePair<B, P> {
         Ok(QueuePair { engine, id, qp_num })
     }
 
+    /// The front of an engine that holds exactly the queue pair `qp`: for
+    /// one made on an engine of the caller's configuration some other
+    /// way, such as connected through rdma_cm (`CmRequest::place`, then
+    /// `Engine::cm_accept`). Refused, with the engine handed back, when
+    /// the engine holds another queue pair or not `qp`.
+    #[allow(clippy::result_large_err)] // the engine comes back unboxed
+    pub fn from_engine(
+        engine: Engine<B, P>,
+        qp: QpId,
+    ) -> Result<QueuePair<B, P>, (Error, Engine<B, P>)> {
+        let only = engine.qps().eq(core::iter::once(qp));
+        match engine.qp_num(qp) {
+            Ok(qp_num) if only => Ok(QueuePair {
+                engine,
+                id: qp,
+                qp_num,
+            }),
+            _ => Err((
+                Error::invalid(site!(
+                    "QueuePair::from_engine",
+                    "the engine must hold exactly this queue pair"
+                )),
+                engine,
+            )),
+        }
+    }
+
     /// The queue pair's id on its engine.
     pub fn id(&self) -> QpId {
         self.id
