@@ -2,7 +2,10 @@
 //! loopback pair of connected queue pairs on it.
 //!
 //! `VERBS_TEST_DEVICE` names the device (else the first one); a missing
-//! device fails the test.
+//! device fails the test. On iWARP (`siw0` in the test bed) queue pairs
+//! connect only through rdma_cm: the context is librdmacm's and the pairs
+//! are made with `verbs::cm` (tests/softroce/README.md lists the device
+//! tests that do not apply there, and why).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -11,25 +14,75 @@ use std::time::{Duration, SystemTime};
 
 use verbs::{Access, Context, Deadline, MemoryRegion, ProtectionDomain, QpConfig, QueuePair};
 
-/// The IPv4 address of `ctx`'s netdev, from the GID the crate chooses
-/// (rdma_cm connects by address).
+/// The IPv4 address of `ctx`'s netdev (rdma_cm connects by address):
+/// the IPv4-mapped GID the crate chooses on RoCE; on iWARP, whose GID is
+/// the netdev's MAC, the netdev's own address.
 pub fn device_ipv4(ctx: &Context) -> std::net::Ipv4Addr {
     let table = ctx.gid_table(1).expect("read port 1's GID table");
-    let gid = verbs::device::choose_gid(&table).expect("a usable GID").gid;
-    gid.ipv4().expect("an IPv4-mapped GID").into()
+    let gid = verbs::device::choose_gid(&table).expect("a usable GID");
+    if let Some(v4) = gid.gid.ipv4() {
+        return v4.into();
+    }
+    assert!(is_iwarp(ctx), "an IPv4-mapped GID on {}", ctx.name());
+    // iWARP's GID entries name no netdev: `rdma link` does.
+    let link = format!("{}/1", ctx.name());
+    let (ok, out) = run(Command::new("rdma").args(["link", "show", &link]));
+    assert!(ok, "rdma link show {link}");
+    let dev = out
+        .split_whitespace()
+        .skip_while(|w| *w != "netdev")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{link}'s netdev: {out}"))
+        .to_string();
+    let (ok, out) = run(Command::new("ip").args(["-o", "-4", "addr", "show", "dev", &dev]));
+    assert!(ok, "ip addr show dev {dev}");
+    out.split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|a| a.split('/').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("an IPv4 address on {dev}: {out}"))
+}
+
+/// True for an iWARP device (node type RNIC): it connects only through
+/// rdma_cm, and has no UD, no atomics, no memory windows.
+pub fn is_iwarp(ctx: &Context) -> bool {
+    let path = format!("/sys/class/infiniband/{}/node_type", ctx.name());
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .starts_with("4:")
 }
 
 /// The device under test (`VERBS_TEST_DEVICE`, else the first). A test
 /// that needs a device FAILS without one, never skips: run the suite with
 /// `tests/softroce/cargo test`, which gives every device test a Soft-RoCE
 /// device in a guest when the host has none.
+///
+/// On iWARP it is librdmacm's context of the device, so that queue pairs
+/// rdma_cm makes can use its protection domains.
 pub fn test_context(test: &str) -> Context {
     let name = std::env::var("VERBS_TEST_DEVICE")
         .ok()
         .filter(|s| !s.is_empty());
-    Context::open(name.as_deref()).unwrap_or_else(|e| {
+    let ctx = Context::open(name.as_deref()).unwrap_or_else(|e| {
         panic!("{test}: no RDMA device {name:?} ({e}); run device tests with tests/softroce/cargo test")
-    })
+    });
+    if !is_iwarp(&ctx) {
+        return ctx;
+    }
+    cm_context(test, ctx.name())
+}
+
+#[cfg(feature = "rdmacm")]
+fn cm_context(test: &str, name: &str) -> Context {
+    verbs::cm::context(Some(name))
+        .unwrap_or_else(|e| panic!("{test}: librdmacm's context of {name}: {e}"))
+}
+
+#[cfg(not(feature = "rdmacm"))]
+fn cm_context(test: &str, name: &str) -> Context {
+    panic!(
+        "{test}: {name} is iWARP, which connects only through rdma_cm: run with --features rdmacm"
+    )
 }
 
 /// A generous deadline for one operation on a TCG guest.
@@ -66,12 +119,65 @@ pub fn connected_pair_with<B: verbs::NicBuf>(
     config: &QpConfig,
     opts: &verbs::ConnectOptions,
 ) -> (QueuePair<B>, QueuePair<B>) {
+    if is_iwarp(pd.context()) {
+        return cm_pair(pd, config);
+    }
     let mut a = QueuePair::new(pd, config).expect("create QP a");
     let mut b = QueuePair::new(pd, config).expect("create QP b");
     let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
     a.connect_with(&eb, opts).expect("connect a -> b");
     b.connect_with(&ea, opts).expect("connect b -> a");
     (a, b)
+}
+
+/// Two queue pairs connected through rdma_cm in one process (the way
+/// iWARP connects): a listener on the device's address accepts on a
+/// thread while this one connects, both in `pd` (librdmacm's context).
+#[cfg(feature = "rdmacm")]
+pub fn cm_pair<B: verbs::NicBuf>(
+    pd: &ProtectionDomain,
+    config: &QpConfig,
+) -> (QueuePair<B>, QueuePair<B>) {
+    use verbs::cm;
+    let ip = device_ipv4(pd.context());
+    let addr = std::net::SocketAddr::new(ip.into(), next_cm_port());
+    let listener = cm::CmListener::bind(addr).expect("rdma_bind_addr + rdma_listen");
+    std::thread::scope(|s| {
+        let server = s.spawn(|| {
+            listener
+                .request(deadline())
+                .expect("a connect request")
+                .accept_in::<B>(pd, config, b"", deadline())
+                .expect("rdma_accept")
+                .into_queue_pair()
+        });
+        let a = cm::resolve(addr, deadline())
+            .expect("rdma_resolve_addr + rdma_resolve_route")
+            .connect_in::<B>(pd, config, b"", deadline())
+            .expect("rdma_connect")
+            .into_queue_pair();
+        (a, server.join().expect("the accepting thread"))
+    })
+}
+
+#[cfg(not(feature = "rdmacm"))]
+pub fn cm_pair<B: verbs::NicBuf>(
+    pd: &ProtectionDomain,
+    _config: &QpConfig,
+) -> (QueuePair<B>, QueuePair<B>) {
+    panic!(
+        "{} is iWARP, which connects only through rdma_cm: run with --features rdmacm",
+        pd.context().name()
+    )
+}
+
+/// A TCP port for the next rdma_cm listener of this process: tests of
+/// one binary run in parallel, each pair on its own port.
+fn next_cm_port() -> u16 {
+    use std::sync::atomic::{AtomicU16, Ordering};
+    static NEXT: AtomicU16 = AtomicU16::new(0);
+    // Binaries run one at a time (cargo), so a range per process suffices.
+    21000 + (std::process::id() % 50) as u16 * 200 + NEXT.fetch_add(1, Ordering::Relaxed) % 200
 }
 
 /// A region with remote write, read and atomic access.
