@@ -38,6 +38,44 @@
 //! Both shapes carry private data, for instance memory descriptors
 //! ([`encode_regions`]).
 //!
+//! A server with every client on one engine (C's rping, ported: receives
+//! posted before the accept, and a peer's disconnect wakes the loop):
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use verbs::cm::{CmEventType, CmListener, Wake};
+//! use verbs::{Deadline, Engine, EngineConfig, ErrorKind, MemoryRegion, QpConfig, RecvRequest};
+//! # fn main() -> Result<(), verbs::Error> {
+//! let listener = CmListener::bind("10.0.0.1:7471".parse().unwrap())?;
+//! let pd = listener.pd()?; // on the device the listener is bound to
+//! let config = EngineConfig { events: true, ..EngineConfig::default() };
+//! let mut engine: Engine<MemoryRegion> = Engine::new(&pd, &config)?;
+//! // Poll listener.fd(), engine.event_fd() and engine.cm_event_fd() together
+//! // in an event loop; this one just looks at the listener now and then.
+//! loop {
+//!     while let Some(request) = listener.try_request()? {
+//!         let qp = request.place(&mut engine, &QpConfig::default())?; // INIT
+//!         let buf = MemoryRegion::new(&pd, 4096)?;
+//!         engine.post_recv(qp, RecvRequest::new(buf)).map_err(|e| e.error)?;
+//!         engine.cm_accept(qp, b"")?; // ESTABLISHED comes as an event
+//!     }
+//!     let wait = Deadline::after(Duration::from_millis(100));
+//!     match engine.wait_with_cm(wait, |c| println!("{:?} from {:?}", c.status(), c.qp())) {
+//!         Ok(Wake::Event(ev)) if ev.kind() == CmEventType::DISCONNECTED => {
+//!             // Done with it: its id goes too, and what it still held is
+//!             // dropped once the device is done with it.
+//!             if let Some(qp) = ev.qp() {
+//!                 engine.remove_qp(qp)?;
+//!             }
+//!         }
+//!         Ok(_) => {}
+//!         Err(e) if e.kind() == ErrorKind::TimedOut => {}
+//!         Err(e) => return Err(e),
+//!     }
+//! }
+//! # }
+//! ```
+//!
 //! [`QueuePair`]: crate::qp::QueuePair
 
 use crate::device::Context;

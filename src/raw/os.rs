@@ -45,6 +45,7 @@ pub(crate) fn wait_readable(site: &'static Site, fd: i32, timeout_ms: i32) -> Re
 
 /// Waits until one of `fds` (at most 4) is readable or `timeout_ms`
 /// passes (`poll(2)`); `Ok(false)` on timeout or interruption.
+#[cfg(feature = "rdmacm")]
 pub(crate) fn wait_readable_any(
     site: &'static Site,
     fds: &[i32],

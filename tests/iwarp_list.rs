@@ -1,0 +1,81 @@
+//! The iWARP run (`tests/softroce/iwarp`) takes its binaries and the tests
+//! that do not apply from `tests/softroce/README.md`: every binary named
+//! there is a device test binary, every skipped test one of its tests, and
+//! every skip says why (a renamed test would otherwise run, or a typo skip
+//! nothing, unnoticed).
+
+use std::path::Path;
+
+const README: &str = include_str!("softroce/README.md");
+
+/// The source of test binary `bin` (`tests/BIN.rs` or `tests/BIN/main.rs`).
+fn source(bin: &str) -> String {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let file = dir.join(format!("{bin}.rs"));
+    let file = if file.is_file() {
+        file
+    } else {
+        dir.join(bin).join("main.rs")
+    };
+    std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()))
+}
+
+fn binaries() -> Vec<String> {
+    let line = README
+        .lines()
+        .find_map(|l| l.strip_prefix("Binaries run on siw0: "))
+        .expect("a 'Binaries run on siw0:' line");
+    line.split_whitespace()
+        .map(|b| b.trim_matches(|c| c == '`' || c == '.' || c == ','))
+        .map(String::from)
+        .collect()
+}
+
+/// (binary, test, why) of the skip table.
+fn skips() -> Vec<(String, String, String)> {
+    let start = README.find("<!-- iwarp skips -->").expect("the skip table");
+    let end = README.find("<!-- end iwarp skips -->").expect("its end");
+    README[start..end]
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(|c| c.trim().trim_matches('`')).collect();
+            (cells.len() == 5 && cells[1].starts_with("rdma_"))
+                .then(|| (cells[1].into(), cells[2].into(), cells[3].into()))
+        })
+        .collect()
+}
+
+#[test]
+fn every_binary_run_on_siw_is_a_device_test_binary() {
+    let bins = binaries();
+    assert!(bins.len() > 10, "{bins:?}");
+    for bin in &bins {
+        assert!(bin.starts_with("rdma_"), "{bin}: device tests are rdma_*");
+        assert!(source(bin).contains("#[test]"), "{bin} has tests");
+    }
+}
+
+#[test]
+fn every_skip_names_a_test_of_a_binary_run_and_says_why() {
+    let bins = binaries();
+    let skips = skips();
+    assert!(!skips.is_empty());
+    for (bin, test, why) in &skips {
+        assert!(
+            bins.contains(bin),
+            "{bin} is not run on siw0: skip nothing in it"
+        );
+        assert!(
+            source(bin).contains(&format!("fn {test}(")),
+            "{bin} has no test {test}"
+        );
+        assert!(why.len() > 10, "{bin}::{test}: say why it does not apply");
+        // One test per name across the binaries run: --skip is by name.
+        for other in bins.iter().filter(|b| *b != bin) {
+            assert!(
+                !source(other).contains(&format!("fn {test}(")),
+                "{test} is also a test of {other}: a skip would drop both"
+            );
+        }
+    }
+}
