@@ -14,7 +14,7 @@ impl<B: NicBuf> Engine<B> {
     /// Accepts the connect request whose queue pair
     /// [`super::CmRequest::place`] put on this engine as `qp`
     /// (`rdma_accept`), sending `private_data` (at most
-    /// [`MAX_ACCEPT_PRIVATE_DATA`] bytes). Returns at once: ESTABLISHED
+    /// [`super::MAX_ACCEPT_PRIVATE_DATA`] bytes). Returns at once: ESTABLISHED
     /// arrives through [`Engine::cm_event`], and only then may the queue
     /// pair send (receives may be posted from the start). Once per queue
     /// pair; `NotFound` for a queue pair rdma_cm did not make (or one
@@ -25,7 +25,7 @@ impl<B: NicBuf> Engine<B> {
 
     /// Connects the queue pair [`super::CmResolved::place`] put on this
     /// engine as `qp` (`rdma_connect`), sending `private_data` (at most
-    /// [`MAX_CONNECT_PRIVATE_DATA`] bytes). Returns at once: ESTABLISHED
+    /// [`super::MAX_CONNECT_PRIVATE_DATA`] bytes). Returns at once: ESTABLISHED
     /// (with the peer's accept data) or the reason it failed (REJECTED,
     /// UNREACHABLE, ...) arrives through [`Engine::cm_event`]. Once per
     /// queue pair.

@@ -120,9 +120,14 @@ sr_accel() {
 sr_prepare() {
 	local run=$1 name
 	shift
-	# The lone guest: rxe0 on dummy0, and siw0 on dummy1 (its own address,
-	# so rdma_cm picks siw0 for it and rxe0 for dummy0's).
-	printf '%s\n' "${SR_CONFIG:-SR_PLANES=1 SR_IF_0=dummy0 SR_ADDR_0=10.77.0.1/24 SR_SIW_ADDR=10.79.0.1/24}" >"$run/config"
+	# The lone guest: rxe0 on dummy0; with VERBS_TEST_DEVICE=siw0 also siw0
+	# on dummy1 (its own address, so rdma_cm picks siw0 for it and rxe0 for
+	# dummy0's). Only then: iWARP's listeners are real TCP sockets, so a
+	# wildcard rdma_cm listen would take the port of a TCP listener beside
+	# it (perf -R's server does both).
+	local lone="SR_PLANES=1 SR_IF_0=dummy0 SR_ADDR_0=10.77.0.1/24"
+	[[ ${VERBS_TEST_DEVICE:-} == siw0 ]] && lone+=" SR_SIW_ADDR=10.79.0.1/24"
+	printf '%s\n' "${SR_CONFIG:-$lone}" >"$run/config"
 	# The guest gets a fresh /tmp; host entries it needs there (a crate or a
 	# target dir under /tmp, a binary in /tmp) are bound in, read-only.
 	local p
