@@ -60,7 +60,7 @@ pub use device::{devices, AsyncEvent, Context, DeviceInfo, GidEntry};
 pub use endpoint::{Endpoint, Mtu, RemoteRegion};
 pub use engine::{
     AhId, Completion, CompletionRef, ConnectOptions, Engine, EngineConfig, Exposing, Lane,
-    LanePoll, PathInfo, PostError, Prepared, PreparedHandle, PreparedRecv, PreparedSend,
+    LanePoll, PathInfo, PostError, Poster, Prepared, PreparedHandle, PreparedRecv, PreparedSend,
     QpAttributes, QpConfig, QpId, QpState, Queue, RawSend, SrqConfig, Transport, UdDest,
     DEFAULT_QKEY, MAX_CHAIN, RAW_ID_LIMIT,
 };

@@ -266,7 +266,7 @@ impl<B: NicBuf, P: Provider> QueuePair<B, P> {
 
     /// Polls once and hands back every finished request (see [`Engine::poll`]).
     #[inline]
-    pub fn poll(&mut self, on_done: impl FnMut(CompletionRef<'_, B>)) -> Result<usize, Error> {
+    pub fn poll(&mut self, on_done: impl FnMut(CompletionRef<'_, B, P>)) -> Result<usize, Error> {
         self.engine.poll(on_done)
     }
 

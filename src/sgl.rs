@@ -3,7 +3,7 @@
 //! buffers", used by sends, receives, prepared requests, the shared receive
 //! queue and completions, and the one place that turns it into `ibv_sge`s.
 
-use core::mem::ManuallyDrop;
+use core::mem::{ManuallyDrop, MaybeUninit};
 
 use crate::error::{site, Error};
 use crate::memory::NicBuf;
@@ -57,6 +57,9 @@ impl<B: NicBuf> From<B> for Local<B> {
     }
 }
 
+/// The entries of a list after its first (`Sgl::move_out`).
+pub(crate) type Rest<B> = [Option<Local<B>>; MAX_SGE - 1];
+
 /// Up to [`MAX_SGE`] local buffers, a prefix of the array in use.
 #[derive(Debug)]
 pub(crate) struct Sgl<B> {
@@ -74,6 +77,19 @@ impl<B> Drop for Sgl<B> {
         if self.n != 0 {
             drop_items(&mut self.items);
         }
+    }
+}
+
+/// `Sgl::from_parts` of more than one buffer: by exception. Some may have
+/// been taken out (a hole): the count covers the last one held.
+#[cold]
+fn from_many<B>(first: Option<Local<B>>, rest: Rest<B>) -> Sgl<B> {
+    let [a, b, c] = rest;
+    let items = [first, a, b, c];
+    let n = items.iter().rposition(Option::is_some).map_or(0, |i| i + 1);
+    Sgl {
+        n: n as u8,
+        items: ManuallyDrop::new(items),
     }
 }
 
@@ -120,7 +136,18 @@ impl<B> Sgl<B> {
     }
 
     /// Bytes the request uses, over every entry.
+    #[inline(always)]
     pub(crate) fn total_len(&self) -> usize {
+        match (self.n, &self.items[0]) {
+            (0, _) => 0,
+            (1, Some(l)) => l.len,
+            _ => self.total_len_of_many(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn total_len_of_many(&self) -> usize {
         self.items.iter().flatten().map(|l| l.len).sum()
     }
 
@@ -167,6 +194,57 @@ impl<B> Sgl<B> {
         }
     }
 
+    /// Moves the entries out, leaving the list empty: the first, and the
+    /// rest only when there is more than one (the common single buffer
+    /// costs one move).
+    #[inline(always)]
+    pub(crate) fn move_out(&mut self) -> (Option<Local<B>>, Option<Rest<B>>) {
+        let n = self.n;
+        self.n = 0;
+        let [s0, s1, s2, s3] = &mut *self.items;
+        let first = s0.take();
+        if n <= 1 {
+            return (first, None);
+        }
+        (first, Some([s1.take(), s2.take(), s3.take()]))
+    }
+
+    /// Takes the first entry out and empties the list: for a list of at
+    /// most one entry (the rest, if any, taken before: `take_rest`).
+    #[inline(always)]
+    pub(crate) fn take_head(&mut self) -> Option<Local<B>> {
+        self.n = 0;
+        self.items[0].take()
+    }
+
+    /// Takes the entries after the first out (the first stays).
+    #[inline(always)]
+    pub(crate) fn take_rest(&mut self) -> Rest<B> {
+        let [_, b, c, d] = &mut *self.items;
+        [b.take(), c.take(), d.take()]
+    }
+
+    /// The list of `first` and `rest` (as `move_out` gave them).
+    #[inline(always)]
+    pub(crate) fn from_parts(first: Option<Local<B>>, rest: Option<Rest<B>>) -> Sgl<B> {
+        match rest {
+            None => Sgl {
+                n: u8::from(first.is_some()),
+                items: ManuallyDrop::new([first, None, None, None]),
+            },
+            Some(rest) => from_many(first, rest),
+        }
+    }
+
+    /// True when every entry below the count still holds its buffer
+    /// (none was taken out): what a list posted again must be.
+    pub(crate) fn is_whole(&self) -> bool {
+        self.items
+            .iter()
+            .take(usize::from(self.n))
+            .all(Option::is_some)
+    }
+
     /// Every buffer, in order.
     pub(crate) fn into_bufs(mut self) -> impl Iterator<Item = B> {
         self.n = 0;
@@ -186,13 +264,15 @@ impl<B: NicBuf> Sgl<B> {
     /// The scatter/gather entries of this list, refused before the device
     /// sees them when there are more than `max_sge` (what the queue was
     /// granted), one is longer than 4 GiB (an `ibv_sge` length is 32-bit),
-    /// or one's range leaves its buffer.
+    /// or one's range leaves its buffer. Writes the first entries of
+    /// `out`, as many as it returns (a post names only those: the rest
+    /// need not be written).
     /// Returns the number of entries and their total length.
     #[inline]
     pub(crate) fn build(
         &self,
         max_sge: u32,
-        out: &mut [sys::ibv_sge; MAX_SGE],
+        out: &mut [MaybeUninit<sys::ibv_sge>; MAX_SGE],
     ) -> Result<(i32, u64), Error> {
         if u32::from(self.n) > max_sge {
             return Err(too_many_sges());
@@ -203,7 +283,8 @@ impl<B: NicBuf> Sgl<B> {
             .zip(self.items.iter())
             .take(usize::from(self.n))
         {
-            let Some(l) = l else { break };
+            // A list with a buffer taken out is never posted again.
+            let Some(l) = l else { return Err(taken()) };
             let Ok(length) = u32::try_from(l.len) else {
                 return Err(too_long());
             };
@@ -215,11 +296,11 @@ impl<B: NicBuf> Sgl<B> {
             {
                 return Err(outside());
             }
-            *sge = sys::ibv_sge {
+            sge.write(sys::ibv_sge {
                 addr: l.buf.addr() + l.offset as u64,
                 length,
                 lkey: l.buf.lkey(),
-            };
+            });
             total += u64::from(length);
         }
         Ok((i32::from(self.n), total))
@@ -240,6 +321,14 @@ fn outside() -> Error {
     Error::invalid(site!(
         "post",
         "a scatter/gather range past the end of its buffer (a shorter buffer swapped in?)"
+    ))
+}
+
+#[cold]
+fn taken() -> Error {
+    Error::invalid(site!(
+        "post",
+        "a scatter/gather list with a buffer taken out of it"
     ))
 }
 
@@ -297,6 +386,37 @@ mod tests {
         drop(slot);
         assert_eq!(alive(), 1, "the buffer taken out lives on");
         drop(back);
+        assert_eq!(alive(), 0);
+    }
+
+    /// A list taken apart (a one-buffer request's head, a longer one's
+    /// rest) and put together again with a buffer missing still drops
+    /// every buffer it holds, and says it is not whole.
+    #[test]
+    fn a_list_put_together_with_a_hole_drops_what_it_holds() {
+        let count = Rc::new(());
+        let alive = || Rc::strong_count(&count) - 1;
+        let mut list = Sgl::empty();
+        for _ in 0..3 {
+            assert!(list.push(local(&count)).is_ok());
+        }
+        let mut rest = list.take_rest();
+        let head = list.take_head();
+        assert_eq!(list.len(), 0);
+        drop(list);
+        assert_eq!(alive(), 3, "taken apart, nothing dropped");
+        let taken = rest[0].take();
+        let again = Sgl::from_parts(head, Some(rest));
+        assert!(!again.is_whole(), "a buffer is missing");
+        drop(again);
+        assert_eq!(alive(), 1, "both buffers it held were dropped");
+        drop(taken);
+        let mut one = Sgl::one(local(&count));
+        let (first, rest) = one.move_out();
+        assert!(rest.is_none());
+        let again = Sgl::from_parts(first, None);
+        assert!(again.is_whole() && again.len() == 1);
+        drop(again);
         assert_eq!(alive(), 0);
     }
 }

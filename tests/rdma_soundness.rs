@@ -8,8 +8,8 @@ mod support;
 use verbs::sys::ibv_wc_status as S;
 use verbs::{
     Access, Arena, ArenaBuf, ArenaConfig, Engine, EngineConfig, ErrorKind, Exposed, HostBuf, Local,
-    MemoryRegion, NicBuf, ProtectionDomain, QpConfig, QueuePair, RawSend, RecvRequest, RemoteSlice,
-    SendOp, SendRequest, SrqConfig,
+    MemoryRegion, NicBuf, ProtectionDomain, QpConfig, QpId, Queue, QueuePair, RawSend, RecvRequest,
+    RemoteSlice, SendOp, SendRequest, SrqConfig,
 };
 
 fn arena(pd: &ProtectionDomain, windows: bool) -> Arena {
@@ -440,11 +440,14 @@ fn a_failed_deregistration_leaks_instead_of_freeing() {
     std::mem::forget(b);
 }
 
-/// The completion queue is sized from what every queue pair's rings can
-/// hold: a queue pair that would let it overflow is refused.
+/// The engine's completion queue bounds what its queue pairs have in
+/// flight together, not how many queue pairs it takes: three queue pairs
+/// of 32 receives each fit an engine whose CQ holds 64 completions, and a
+/// post the CQ has no room for is refused (`QueueFull`, the request given
+/// back) even though its own queue is empty, until room comes back.
 #[test]
-fn a_queue_pair_the_completion_queue_cannot_hold_is_refused() {
-    let ctx = support::test_context("a_queue_pair_the_completion_queue_cannot_hold_is_refused");
+fn posts_past_the_completion_queue_are_refused_not_queue_pairs() {
+    let ctx = support::test_context("posts_past_the_completion_queue_are_refused");
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let mut engine: Engine<MemoryRegion> = Engine::new(
         &pd,
@@ -455,14 +458,46 @@ fn a_queue_pair_the_completion_queue_cannot_hold_is_refused() {
     )
     .unwrap();
     let config = QpConfig {
-        max_send_wr: 16,
-        max_recv_wr: 16,
+        max_send_wr: 32,
+        max_recv_wr: 32,
         ..support::config()
     };
-    engine.add_qp(&config).unwrap();
-    engine.add_qp(&config).unwrap();
-    let e = engine.add_qp(&config).unwrap_err();
-    assert_eq!(e.kind(), ErrorKind::QueueFull, "{e}");
+    let qps: Vec<QpId> = (0..3).map(|_| engine.add_qp(&config).unwrap()).collect();
+    assert_eq!(engine.room(Queue::Recv), 64);
+    for &qp in &qps[..2] {
+        for _ in 0..32 {
+            let buf = MemoryRegion::new(&pd, 64).unwrap();
+            engine
+                .post_recv(qp, RecvRequest::new(buf))
+                .map_err(|e| e.error)
+                .unwrap();
+        }
+    }
+    assert_eq!(engine.room(Queue::Recv), 0);
+    let refused = engine
+        .post_recv(
+            qps[2],
+            RecvRequest::new(MemoryRegion::new(&pd, 64).unwrap()),
+        )
+        .unwrap_err();
+    assert_eq!(
+        refused.error.kind(),
+        ErrorKind::QueueFull,
+        "{}",
+        refused.error
+    );
+    assert_eq!(refused.request.into_bufs().count(), 1, "the buffer back");
+    assert_eq!(engine.in_flight(qps[2]).unwrap(), (0, 0));
+    // Removing a queue pair gives its requests' room back.
+    engine.remove_qp(qps[0]).unwrap();
+    assert_eq!(engine.room(Queue::Recv), 32);
+    engine
+        .post_recv(
+            qps[2],
+            RecvRequest::new(MemoryRegion::new(&pd, 64).unwrap()),
+        )
+        .map_err(|e| e.error)
+        .unwrap();
     // A handle of another engine, or of a removed queue pair, reaches nothing.
     let mut other: Engine<MemoryRegion> = Engine::new(&pd, &EngineConfig::default()).unwrap();
     let theirs = other.add_qp(&config).unwrap();

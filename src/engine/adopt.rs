@@ -1,6 +1,6 @@
 //! Queue pairs the connection manager makes, placed on an engine like any
-//! other (its completion queue, its shared receive queue, its rings), and
-//! the one event channel their ids report on.
+//! other (its completion queue, its shared receive queue, its table of
+//! requests in flight), and the one event channel their ids report on.
 //!
 //! Who owns what: the queue pair's handle holds its rdma_cm id (which
 //! outlives it, and forgets it before it is destroyed: `raw::qp`), so

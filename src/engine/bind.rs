@@ -14,21 +14,27 @@ use crate::memory::NicBuf;
 use crate::sys::ibv_wc_opcode as WcOpcode;
 
 use super::bind_table::BindTicket;
-use super::check::cannot_send_on;
+use super::check::{cannot_send_on, engine_full};
 use super::core::Engine;
 use super::doorbell::Provider;
+use super::flights::NOT_PREPARED;
 use super::id;
 use super::qp_slot::QpId;
 
 impl<B: NicBuf, P: Provider> Engine<B, P> {
-    /// Where a bind on `qp` goes, once its send queue has room: the
-    /// provider, the queue pair's handle and the work request id of its
-    /// next send. The caller posts the bind with that id, then calls
-    /// [`Engine::bind_posted`] before anything else posts on `qp`.
+    /// Where a bind on `qp` goes, once its send queue and the engine's
+    /// table of requests in flight have room (a bind is signaled, so it
+    /// takes an entry like any send): the provider, the queue pair's
+    /// handle and the work request id of its next send. The caller posts
+    /// the bind with that id, then calls [`Engine::bind_posted`] before
+    /// anything else posts on this engine.
     pub(crate) fn bind_slot(&mut self, qp: QpId) -> Result<(&mut P, &P::Qp, u64), Error> {
-        let (prov, slot) = self.split(qp)?;
+        let (prov, slot, flights) = self.parts(qp)?;
         if slot.send.len() >= slot.send_room {
             return Err(cannot_send_on(slot));
+        }
+        if flights[0].available() == 0 {
+            return Err(engine_full());
         }
         let seq = slot.send.next_seq();
         let raw = slot
@@ -39,18 +45,20 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     }
 
     /// Records the bind just posted on `qp` (with the id `bind_slot` gave)
-    /// as a signaled send tagged `tag`, and keeps `window` until its
-    /// completion.
+    /// as a signaled send tagged `tag`, in an entry of the table its
+    /// completion retires, and keeps `window` until then.
     pub(crate) fn bind_posted(&mut self, qp: QpId, tag: u64, window: P::Window) -> BindTicket {
-        let Ok(slot) = self.slot_mut(qp) else {
-            // Not the queue pair `bind_slot` found: nothing can say when
-            // the bind ends, so its window is kept for good.
-            return self.binds.insert(self.id, qp, 0, window, true);
+        let engine = self.id;
+        let (_, slot, flights) = match self.parts(qp) {
+            Ok(p) if p.2[0].available() > 0 => p,
+            // Not the queue pair (or the room) `bind_slot` found: nothing
+            // can say when the bind ends, so its window is kept for good.
+            _ => return self.binds.insert(engine, qp, 0, window, true),
         };
         let seq = slot.send.next_seq();
         slot.unsignaled_run = 0;
-        slot.send.push(tag, WcOpcode::BIND_MW);
-        self.binds.insert(self.id, qp, seq, window, false)
+        flights[0].push_bare(&mut slot.send, tag, WcOpcode::BIND_MW, NOT_PREPARED, 0);
+        self.binds.insert(engine, qp, seq, window, false)
     }
 
     /// The window of `ticket`'s bind, once the bind is no longer in

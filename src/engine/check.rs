@@ -24,8 +24,8 @@ pub(crate) fn completes_as(op: &SendOp) -> WcOpcode {
 
 /// Checks `op` on `local_len` bytes (inline or not) against the queue pair.
 #[inline]
-pub(crate) fn check_send<B, Q>(
-    slot: &QpSlot<B, Q>,
+pub(crate) fn check_send<Q>(
+    slot: &QpSlot<Q>,
     op: &SendOp,
     local_len: u64,
     inline: bool,
@@ -104,7 +104,7 @@ fn inline_refused(too_long: bool) -> Error {
 /// Why a send cannot be posted now on `slot`: a UD queue pair (its sends
 /// go through `post_ud_send`), the state, or a full queue.
 #[cold]
-pub(crate) fn cannot_send_on<B, Q>(slot: &QpSlot<B, Q>) -> Error {
+pub(crate) fn cannot_send_on<Q>(slot: &QpSlot<Q>) -> Error {
     if slot.transport == Transport::Ud {
         return Error::new(
             site!(
@@ -136,6 +136,19 @@ pub(crate) fn cannot_send(state: QpState) -> Error {
             "post_send",
             "the send queue holds max_send_wr requests in flight",
             "poll completions to return buffers, or create the QP with a deeper send queue"
+        ),
+        ErrorKind::QueueFull,
+    )
+}
+
+/// The engine's completion queue has room for no more requests in flight.
+#[cold]
+pub(crate) fn engine_full() -> Error {
+    Error::new(
+        site!(
+            "post",
+            "the engine has as many requests in flight as its completion queue holds completions",
+            "poll completions to retire requests, or a larger EngineConfig::cq_depth"
         ),
         ErrorKind::QueueFull,
     )
@@ -203,11 +216,7 @@ pub(crate) const MIN_UD_RECV: usize = crate::grh::GRH_LEN + 1;
 
 /// What preparing a request on a UD queue pair refuses (setup time): a
 /// send (it would name no destination), a receive without room for the GRH.
-pub(crate) fn check_prepare_ud<B, Q>(
-    slot: &QpSlot<B, Q>,
-    send: bool,
-    len: usize,
-) -> Result<(), Error> {
+pub(crate) fn check_prepare_ud<Q>(slot: &QpSlot<Q>, send: bool, len: usize) -> Result<(), Error> {
     if slot.transport != Transport::Ud {
         return Ok(());
     }

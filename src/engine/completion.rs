@@ -1,41 +1,54 @@
 //! A finished request: lent to the poll's callback ([`CompletionRef`],
-//! read from the completion entry and the ring slot on demand, a buffer
-//! moved only on `take_buf`) or owned ([`Completion`]). Buffers the callback
-//! leaves are dropped when it returns: the device is done with them.
+//! read from the completion entry and from what the engine kept of the
+//! request, a buffer moved only on `take_buf`) or owned ([`Completion`]).
+//! Buffers the callback leaves are dropped when it returns: the device is
+//! done with them. The callback may post on the engine it is lent from
+//! ([`CompletionRef::poster`]): the request it holds is retired already,
+//! its entry released.
 
 use crate::error::{site, Error};
 use crate::sgl::Sgl;
 use crate::sys::{self, ibv_wc_opcode as WcOpcode, ibv_wc_status as WcStatus};
 
-use super::prepared_table::{Prepared, PreparedTable};
+use super::core::Engine;
+use super::doorbell::{Provider, Verbs};
+use super::flights::{Retired, NOT_PREPARED};
+use super::prepared_table::Prepared;
 use super::qp_slot::QpId;
-use super::ring::{Slot, NOT_PREPARED};
-use super::srq::SrqSlot;
+use super::ring::NONE;
 
-/// What the engine kept of a finished request.
-pub(crate) enum Origin<'a, B> {
-    /// Its ring slot.
-    Ring(&'a mut Slot<B>),
-    /// Its shared receive queue slot.
-    Srq(&'a mut SrqSlot<B>),
+/// Where a finished request was kept.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// Its queue pair's queue.
+    Ring,
+    /// The shared receive queue.
+    Srq,
     /// Nothing: a raw post (its buffers were never the engine's).
     Raw,
 }
 
-/// One finished request, borrowed from the engine for the duration of the
-/// poll's callback.
-pub struct CompletionRef<'a, B> {
+/// One finished request, lent to the poll's callback with its buffers and
+/// the engine it came from, for the callback's duration.
+pub struct CompletionRef<'a, B, P: Provider = Verbs> {
     pub(crate) wc: &'a sys::ibv_wc,
-    pub(crate) origin: Origin<'a, B>,
+    pub(crate) origin: Origin,
+    /// What the engine kept of the request, its entry released: its first
+    /// buffer here (dropped with this if the callback leaves it), the
+    /// others, if any, in an overflow entry of table `side` (released by
+    /// the router after the callback).
+    pub(crate) kept: Retired<B>,
+    pub(crate) side: bool,
     /// False for an unsignaled request completed by a later entry; true
     /// for every request a reset hands back as flushed.
     pub(crate) own_entry: bool,
     pub(crate) is_recv: bool,
     pub(crate) qp: Option<QpId>,
-    pub(crate) prepared: &'a PreparedTable<B>,
+    /// What the callback may post on (see [`CompletionRef::poster`]).
+    pub(crate) engine: &'a mut Engine<B, P>,
 }
 
-impl<B> CompletionRef<'_, B> {
+impl<B, P: Provider> CompletionRef<'_, B, P> {
     /// The queue pair the request was posted on (for a shared receive, the
     /// one the message arrived on); `None` when that queue pair was removed.
     #[inline]
@@ -46,10 +59,9 @@ impl<B> CompletionRef<'_, B> {
     /// The caller's tag (for a raw post, its id).
     #[inline]
     pub fn tag(&self) -> u64 {
-        match &self.origin {
-            Origin::Ring(slot) => slot.tag,
-            Origin::Srq(slot) => slot.tag,
+        match self.origin {
             Origin::Raw => super::id::decode(self.wc.wr_id).raw_id(),
+            _ => self.kept.tag,
         }
     }
 
@@ -75,9 +87,9 @@ impl<B> CompletionRef<'_, B> {
     #[inline]
     pub fn opcode(&self) -> WcOpcode {
         let failed = self.wc.status != WcStatus::SUCCESS;
-        match &self.origin {
-            Origin::Ring(slot) if !self.own_entry || failed => slot.opcode,
-            Origin::Srq(_) if failed => WcOpcode::RECV,
+        match self.origin {
+            Origin::Ring if !self.own_entry || failed => self.kept.opcode,
+            Origin::Srq if failed => WcOpcode::RECV,
             _ => self.wc.opcode,
         }
     }
@@ -153,14 +165,12 @@ impl<B> CompletionRef<'_, B> {
     /// The prepared request this was a post of (its buffers stayed with it).
     #[inline]
     pub fn prepared(&self) -> Option<Prepared> {
-        match &self.origin {
-            Origin::Ring(slot) if slot.prepared != NOT_PREPARED => Some(self.prepared.handle(
-                self.is_recv,
-                slot.prepared,
-                slot.generation,
-            )),
-            _ => None,
-        }
+        let k = &self.kept;
+        (self.origin == Origin::Ring && k.prepared != NOT_PREPARED).then(|| {
+            self.engine
+                .prepared
+                .handle(self.is_recv, k.prepared, k.generation)
+        })
     }
 
     /// `Ok` on success, else the error with the primer's meaning; a flush
@@ -173,17 +183,30 @@ impl<B> CompletionRef<'_, B> {
     /// Takes the first buffer the request still holds.
     #[inline]
     pub fn take_buf(&mut self) -> Option<B> {
-        match &mut self.origin {
-            Origin::Ring(slot) => slot.sgl.take_first(),
-            Origin::Srq(slot) => slot.sgl.take_first(),
-            Origin::Raw => None,
+        self.engine.flights[usize::from(self.side)].take_first(&mut self.kept)
+    }
+
+    /// Every buffer the request still holds, as a list; none left here.
+    pub(crate) fn take_sgl(&mut self) -> Sgl<B> {
+        let sgl = self.engine.flights[usize::from(self.side)].take_sgl(&mut self.kept);
+        // Its overflow entry, if any, is released: nothing to release if
+        // the callback panics.
+        self.engine.lent = NONE;
+        sgl
+    }
+
+    /// Holds the buffers of `sgl` again (what `take_sgl` took).
+    pub(crate) fn hold(&mut self, sgl: &mut Sgl<B>) {
+        self.engine.flights[usize::from(self.side)].hold(&mut self.kept, sgl);
+        if self.kept.more != NONE {
+            self.engine.lent = self.kept.more | u32::from(self.side) << 31;
         }
     }
 
     /// The full completion, with every buffer the request still holds.
     #[inline]
     pub fn into_owned(mut self) -> Completion<B> {
-        let mut c = Completion {
+        Completion {
             qp: self.qp,
             tag: self.tag(),
             is_recv: self.is_recv,
@@ -195,40 +218,13 @@ impl<B> CompletionRef<'_, B> {
             vendor_err: self.vendor_err(),
             src_qp: self.src_qp(),
             wc_flags: self.wc_flags(),
-            sgl: Sgl::empty(),
             prepared: self.prepared(),
-        };
-        match &mut self.origin {
-            Origin::Ring(slot) => slot.sgl.move_into(&mut c.sgl),
-            Origin::Srq(slot) => slot.sgl.move_into(&mut c.sgl),
-            Origin::Raw => {}
-        }
-        c
-    }
-}
-
-impl<B> Drop for CompletionRef<'_, B> {
-    #[inline(always)]
-    fn drop(&mut self) {
-        let sgl = match &mut self.origin {
-            Origin::Ring(slot) => &mut slot.sgl,
-            Origin::Srq(slot) => &mut slot.sgl,
-            Origin::Raw => return,
-        };
-        if sgl.len() != 0 {
-            drop_cold(core::mem::take(sgl));
+            sgl: self.take_sgl(),
         }
     }
 }
 
-/// Drops out of line: the data path drops buffers only by exception.
-#[cold]
-#[inline(never)]
-fn drop_cold<T>(value: T) {
-    drop(value);
-}
-
-impl<B> core::fmt::Debug for CompletionRef<'_, B> {
+impl<B, P: Provider> core::fmt::Debug for CompletionRef<'_, B, P> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("CompletionRef")
             .field("qp", &self.qp)
@@ -268,8 +264,8 @@ pub struct Completion<B> {
     pub src_qp: u32,
     /// The entry's flags (see [`CompletionRef::wc_flags`]).
     pub wc_flags: sys::ibv_wc_flags,
-    sgl: Sgl<B>,
     prepared: Option<Prepared>,
+    sgl: Sgl<B>,
 }
 
 impl<B> Completion<B> {
@@ -314,7 +310,7 @@ fn grh_offset(ud: bool, flags: sys::ibv_wc_flags) -> usize {
 }
 
 #[inline(always)]
-fn check_status(status: WcStatus, opcode: WcOpcode, is_recv: bool) -> Result<(), Error> {
+pub(crate) fn check_status(status: WcStatus, opcode: WcOpcode, is_recv: bool) -> Result<(), Error> {
     if status == WcStatus::SUCCESS {
         return Ok(());
     }

@@ -1,6 +1,7 @@
 //! The engine: one completion queue (or a send/receive pair), an optional
-//! shared receive queue, and any number of queue pairs, each with the rings
-//! that own its requests' buffers. One owner (`&mut`) per engine; many
+//! shared receive queue, the table of requests in flight of each completion
+//! queue (which owns their buffers), and any number of queue pairs, each
+//! with the windows of its two queues. One owner (`&mut`) per engine; many
 //! engines per process, one per polling thread.
 
 use alloc::vec::Vec;
@@ -11,13 +12,22 @@ use crate::memory::NicBuf;
 
 use super::ah_table::AhTable;
 use super::bind_table::BindTable;
-use super::completion::CompletionRef;
+use super::config::Queue;
 use super::doorbell::{Provider, Verbs};
+use super::flights::Flights;
 use super::id::MAX_QPS;
 use super::prepared_table::PreparedTable;
-use super::qp_slot::{QpId, QpSlot, QpState, UD_GENERATION, VACANT};
+use super::qp_slot::{QpId, QpSlot, QpState, UD_GENERATION};
 use super::ring::Ring;
 use super::srq::SrqSlots;
+
+/// What a post works on, borrowed apart from one engine: the provider, a
+/// queue pair's slot, the tables of requests in flight.
+pub(crate) type Parts<'e, B, P> = (
+    &'e mut P,
+    &'e mut QpSlot<<P as Provider>::Qp>,
+    &'e mut [Flights<B>; 2],
+);
 
 /// Engines made so far: each gets its own id, so a handle of one engine
 /// reaches nothing on another.
@@ -27,21 +37,33 @@ static ENGINES: AtomicU32 = AtomicU32::new(1);
 /// and optionally one shared receive queue: the object a service's polling
 /// thread owns (UCX calls it a worker).
 ///
-/// Posting moves a request's buffers into its queue pair's ring; polling
-/// routes each completion, by its work request id, to that ring and hands
-/// the buffers back with the queue pair's [`QpId`]. No allocation and no
-/// lock on either. `P` is where work requests go: the device, unless the
-/// crate's own tests put a simulated one there.
+/// Posting moves a request's buffers into the engine's table of requests
+/// in flight; polling routes each completion, by its work request id, to
+/// its queue pair's queue and hands the buffers back with the queue pair's
+/// [`QpId`]. No allocation and no lock on either. The engine holds at most
+/// as many requests in flight, over all its queue pairs, as its completion
+/// queue holds completions (a post beyond that is refused `QueueFull`: poll
+/// first), so the completion queue never overflows; a queue pair's depths
+/// are a maximum for that queue pair, not a share of the completion queue.
+/// `P` is where work requests go: the device, unless the crate's own tests
+/// put a simulated one there.
 pub struct Engine<B, P: Provider = Verbs> {
     pub(crate) id: u32,
     pub(crate) prov: P,
     pub(crate) cq: P::Cq,
     /// The receive queues' own CQ (`EngineConfig::separate_recv_cq`).
     pub(crate) recv_cq: Option<P::Cq>,
-    /// Completions each CQ can still take on for new queue pairs: every
-    /// ring's capacity counts against its CQ, so a CQ never overflows.
-    pub(crate) cq_room: [u64; 2],
-    pub(crate) qps: Vec<QpSlot<B, P::Qp>>,
+    /// The requests in flight on each CQ (`flights.rs`): the send queues'
+    /// (with one CQ, every queue's) and the receive queues' of a separate
+    /// receive CQ.
+    pub(crate) flights: [Flights<B>; 2],
+    /// Which of them receives go to: 1 with a separate receive CQ.
+    pub(crate) recv_side: usize,
+    /// The overflow entry of the request lent to a poll's callback
+    /// (`side << 31 | index`), or `NONE`: released when the callback
+    /// returns, or by the router's guard if it unwinds.
+    pub(crate) lent: u32,
+    pub(crate) qps: Vec<QpSlot<P::Qp>>,
     /// Indices of vacant slots, reused first (never a leaked queue pair's).
     pub(crate) vacant: Vec<u32>,
     /// `(qp_num, index)` of every live queue pair, sorted: routes the
@@ -78,19 +100,26 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         events: bool,
     ) -> Engine<B, P> {
         let id = ENGINES.fetch_add(1, Ordering::Relaxed) & super::prepared_table::ENGINE_ID_MASK;
-        let recv_room = recv_cq.as_ref().map_or(0, |(_, n)| u64::from(*n));
-        let mut cq_room = [u64::from(cqe), recv_room];
+        let mut room = [cqe, recv_cq.as_ref().map_or(0, |(_, n)| *n)];
+        let recv_side = usize::from(recv_cq.is_some());
         if let Some(s) = &srq {
             // Every posted shared receive completes on the receive side once.
-            let side = usize::from(recv_cq.is_some());
-            cq_room[side] = cq_room[side].saturating_sub(s.capacity() as u64);
+            room[recv_side] = room[recv_side].saturating_sub(s.capacity() as u32);
+        }
+        let mut flights = [Flights::new(room[0]), Flights::new(room[1])];
+        if srq.as_ref().is_some_and(|s| s.max_sge > 1) {
+            // A shared receive's buffers after its first wait there while
+            // its completion is lent.
+            flights[recv_side].allow_overflow();
         }
         Engine {
             id,
             prov,
             cq,
             recv_cq: recv_cq.map(|(cq, _)| cq),
-            cq_room,
+            flights,
+            recv_side,
+            lent: super::ring::NONE,
             qps: Vec::new(),
             vacant: Vec::new(),
             by_qpn: Vec::new(),
@@ -105,9 +134,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         }
     }
 
-    /// Places a new queue pair (created by the provider, in RESET) with
-    /// rings of `send_depth` and `recv_depth`, refused when its CQs could
-    /// not hold every completion of its rings.
+    /// Places a new queue pair (created by the provider, in RESET) whose
+    /// queues hold at most `send_depth` and `recv_depth` requests.
     pub(crate) fn place(
         &mut self,
         qp: P::Qp,
@@ -119,19 +147,6 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     ) -> Result<QpId, (Error, P::Qp)> {
         let has_srq = self.srq.is_some();
         let recv_depth = if has_srq { 0 } else { recv_depth };
-        let recv_side = usize::from(self.recv_cq.is_some());
-        let mut room = self.cq_room;
-        let fits = room[0]
-            .checked_sub(u64::from(send_depth))
-            .map(|r| room[0] = r)
-            .is_some()
-            && room[recv_side]
-                .checked_sub(u64::from(recv_depth))
-                .map(|r| room[recv_side] = r)
-                .is_some();
-        if !fits {
-            return Err((cq_full(), qp));
-        }
         let index = match self.vacant.pop() {
             Some(i) => i,
             None if self.qps.len() < MAX_QPS as usize => {
@@ -161,9 +176,14 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             0
         };
         let generation = (old.generation.wrapping_add(1) & !UD_GENERATION) | ud;
+        if caps.max_send_sge > 1 {
+            self.flights[0].allow_overflow();
+        }
+        if caps.max_recv_sge > 1 && !has_srq {
+            self.flights[self.recv_side].allow_overflow();
+        }
         self.qps[index as usize] =
             QpSlot::new(qp, qp_num, generation, send, recv, caps, has_srq, info);
-        self.cq_room = room;
         let at = self.by_qpn.partition_point(|&(n, _)| n < qp_num);
         self.by_qpn.insert(at, (qp_num, index));
         Ok(QpId {
@@ -175,32 +195,39 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
 
     /// The live slot `qp` names on this engine.
     #[inline(always)]
-    pub(crate) fn slot(&self, qp: QpId) -> Result<&QpSlot<B, P::Qp>, Error> {
+    pub(crate) fn slot(&self, qp: QpId) -> Result<&QpSlot<P::Qp>, Error> {
         match self.qps.get(qp.index as usize) {
-            Some(s) if qp.engine == self.id && s.generation == qp.generation && s.is_live() => {
-                Ok(s)
-            }
+            // A slot left vacant has a generation no handle has.
+            Some(s) if qp.engine == self.id && s.generation == qp.generation => Ok(s),
             _ => Err(no_such_qp()),
         }
     }
 
     /// As [`Engine::slot`], mutably.
     #[inline(always)]
-    pub(crate) fn slot_mut(&mut self, qp: QpId) -> Result<&mut QpSlot<B, P::Qp>, Error> {
+    pub(crate) fn slot_mut(&mut self, qp: QpId) -> Result<&mut QpSlot<P::Qp>, Error> {
         match self.qps.get_mut(qp.index as usize) {
-            Some(s) if qp.engine == self.id && s.generation == qp.generation && s.is_live() => {
-                Ok(s)
-            }
+            // A slot left vacant has a generation no handle has.
+            Some(s) if qp.engine == self.id && s.generation == qp.generation => Ok(s),
             _ => Err(no_such_qp()),
         }
     }
 
     /// The provider and the live slot `qp` names, borrowed apart (to post).
     #[inline(always)]
-    pub(crate) fn split(&mut self, qp: QpId) -> Result<(&mut P, &mut QpSlot<B, P::Qp>), Error> {
+    pub(crate) fn split(&mut self, qp: QpId) -> Result<(&mut P, &mut QpSlot<P::Qp>), Error> {
+        let (prov, slot, _) = self.parts(qp)?;
+        Ok((prov, slot))
+    }
+
+    /// The provider, the live slot `qp` names and the engine's tables of
+    /// requests in flight, borrowed apart (to post and record the post).
+    #[inline(always)]
+    pub(crate) fn parts(&mut self, qp: QpId) -> Result<Parts<'_, B, P>, Error> {
         match self.qps.get_mut(qp.index as usize) {
-            Some(s) if qp.engine == self.id && s.generation == qp.generation && s.is_live() => {
-                Ok((&mut self.prov, s))
+            // A slot left vacant has a generation no handle has.
+            Some(s) if qp.engine == self.id && s.generation == qp.generation => {
+                Ok((&mut self.prov, s, &mut self.flights))
             }
             _ => Err(no_such_qp()),
         }
@@ -246,6 +273,17 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         Ok((s.send.len(), s.recv.len()))
     }
 
+    /// Requests the engine can still take in flight on `queue`'s completion
+    /// queue (with one completion queue, both name it): a post beyond
+    /// them is refused `QueueFull` until completions are polled.
+    pub fn room(&self, queue: Queue) -> u32 {
+        let side = match queue {
+            Queue::Send => 0,
+            Queue::Recv => self.recv_side,
+        };
+        self.flights[side].available()
+    }
+
     /// Receives posted on the shared receive queue and not yet completed.
     pub fn srq_posted(&self) -> usize {
         self.srq.as_ref().map_or(0, |s| s.posted())
@@ -266,75 +304,6 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     pub fn caps(&self, qp: QpId) -> Result<crate::sys::ibv_qp_cap, Error> {
         Ok(self.slot(qp)?.caps)
     }
-
-    /// Destroys `qp` and drops the buffers it still owned (in flight, or
-    /// in its prepared requests): after a successful destroy the device no
-    /// longer touches them. If the destroy fails, the queue pair and all of
-    /// them are leaked instead, and the error says so.
-    pub fn remove_qp(&mut self, qp: QpId) -> Result<(), Error> {
-        self.remove_qp_with(qp, |_| {})
-    }
-
-    /// [`Engine::remove_qp`], handing back through `on_done`, as flushed,
-    /// every request the queue pair still held, once its destroy
-    /// succeeded (the device is then done with their buffers): for a
-    /// caller that must get its buffers back from a queue pair it could
-    /// not reset. A failed destroy hands back nothing.
-    pub(crate) fn remove_qp_with(
-        &mut self,
-        qp: QpId,
-        mut on_done: impl FnMut(CompletionRef<'_, B>),
-    ) -> Result<(), Error> {
-        self.slot(qp)?;
-        self.teardown_slot(qp.index, &mut on_done)
-    }
-
-    /// Destroys the queue pair in slot `index` (see `remove_qp_with`).
-    fn teardown_slot(
-        &mut self,
-        index: u32,
-        on_done: &mut impl FnMut(CompletionRef<'_, B>),
-    ) -> Result<(), Error> {
-        let slot = &mut self.qps[index as usize];
-        let Some(handle) = slot.qp.take() else {
-            return Ok(());
-        };
-        let (send_cap, recv_cap) = (slot.send.capacity(), slot.recv.capacity());
-        let qp_num = slot.qp_num;
-        self.by_qpn.retain(|&(n, _)| n != qp_num);
-        if let Err(e) = self.prov.destroy_qp(handle) {
-            // The device may still reach every buffer posted to it: leak the
-            // rings (moved out, forgotten) and the prepared requests, and
-            // never reuse the index (the live queue pair may still complete).
-            let dead = core::mem::replace(&mut self.qps[index as usize], vacant_slot());
-            core::mem::forget(dead);
-            self.prepared.leak_qp(index);
-            self.binds.leak_qp(index);
-            self.ahs.pin();
-            return Err(e.leaked(site!(
-                "ibv_destroy_qp",
-                "the queue pair and every buffer posted to it were leaked"
-            )));
-        }
-        // Destroyed: like RESET, it holds no work request; what its rings
-        // still hold goes back as flushed.
-        self.qps[index as usize].set_state(QpState::RESET);
-        self.retire_all(self.id_of(index), on_done)?;
-        let slot = &mut self.qps[index as usize];
-        slot.qp_num = VACANT;
-        // Its completions still queued hold ids of the old window: dropping
-        // the rings' buffers now is sound, the device is done with them.
-        let keep_send = slot.send.next_seq();
-        let keep_recv = slot.recv.next_seq();
-        slot.send = Ring::new(0, keep_send);
-        slot.recv = Ring::new(0, keep_recv);
-        self.prepared.release_qp(index);
-        let recv_side = usize::from(self.recv_cq.is_some());
-        self.cq_room[0] += send_cap;
-        self.cq_room[recv_side] += recv_cap;
-        self.vacant.push(index);
-        Ok(())
-    }
 }
 
 impl<B, P: Provider> Drop for Engine<B, P> {
@@ -354,6 +323,11 @@ impl<B, P: Provider> Drop for Engine<B, P> {
             }
         }
         if leaked {
+            // Requests in flight may belong to a leaked queue pair (one
+            // forgotten with its lane can be found no other way).
+            for side in 0..2 {
+                core::mem::forget(core::mem::replace(&mut self.flights[side], Flights::new(0)));
+            }
             // A leaked queue pair may still send with any address handle.
             self.ahs.pin();
             // Prepared requests and binds may belong to a leaked queue pair.
@@ -372,29 +346,17 @@ impl<B, P: Provider> Drop for Engine<B, P> {
     }
 }
 
-fn vacant_slot<B, Q>() -> QpSlot<B, Q> {
+pub(crate) fn vacant_slot<Q>() -> QpSlot<Q> {
     QpSlot::new_vacant()
 }
 
 #[cold]
-fn no_such_qp() -> Error {
+pub(crate) fn no_such_qp() -> Error {
     Error::new(
         site!(
             "queue pair handle",
             "not a queue pair of this engine, or removed"
         ),
         ErrorKind::NotFound,
-    )
-}
-
-#[cold]
-fn cq_full() -> Error {
-    Error::new(
-        site!(
-            "Engine::add_qp",
-            "the completion queue cannot hold every completion of another queue pair's queues",
-            "a larger EngineConfig::cq_depth, or smaller max_send_wr/max_recv_wr"
-        ),
-        ErrorKind::QueueFull,
     )
 }

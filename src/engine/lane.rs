@@ -5,14 +5,18 @@
 //!
 //! A lane borrows its engine (`&mut`) for its life, so only the lane posts
 //! meanwhile, and only its two requests: every request in its queue pair's
-//! rings is a post of one of them. Starting the lane writes what those
-//! posts would record into every ring slot and moves the queue pair's slot
-//! and the two entries' buffers out of the engine into the lane. A post
-//! then only counts (the ring's tail), and a completion of its own is
+//! queues is a post of one of them. Starting the lane releases their
+//! entries in the engine's table of requests in flight and reserves the
+//! queues' whole depth there instead (so the completion queue keeps room
+//! for every post the lane may make), and moves the queue pair's slot and
+//! the two entries' buffers out of the engine into the lane. A post then
+//! only counts (the queue's tail), and a completion of its own is
 //! recognised by its queue pair number and id before the general router,
-//! and only counts too (the ring's head). Dropped, the lane puts all of it
-//! back, and [`Engine::poll`] hands back what is still in flight as posts
-//! of the prepared requests. Forgotten, it keeps the slot, and with it the
+//! and only counts too (the queue's head); a failed one the lane counts
+//! itself. Dropped, the lane gives each post still in flight an entry
+//! again (out of its reservation) and puts the rest back, and
+//! [`Engine::poll`] hands them back as posts of the prepared requests.
+//! Forgotten, it keeps the slot and the reservation, and with them the
 //! queue pair: leaked, as after a failed destroy, with every buffer it may
 //! use (the placeholder in the engine says so: `QpSlot::lent_to_lane`).
 
@@ -21,17 +25,17 @@ use core::mem::MaybeUninit;
 use crate::error::{site, Error};
 use crate::memory::{HostBuf, NicBuf};
 use crate::sgl::Sgl;
-use crate::sys::{self, ibv_wc_status as WcStatus};
+use crate::sys::{self, ibv_wc_opcode as WcOpcode, ibv_wc_status as WcStatus};
 
 use super::check::{cannot_recv, cannot_send_on, post_hint};
-use super::completion::CompletionRef;
+use super::completion::{check_status, CompletionRef};
 use super::config::Queue;
 use super::core::Engine;
 use super::doorbell::{LaneWrs, Provider, Verbs};
-use super::id;
+use super::id::{self, WrId};
 use super::prepared::rebuilt;
 use super::prepared_table::{gone, PreparedRecv, PreparedSend, NEVER};
-use super::qp_slot::{signal_decision, QpId, QpSlot};
+use super::qp_slot::{signal_decision, QpId, QpSlot, QpState};
 
 /// What one [`Lane::poll`] completed of the lane's (others go to its
 /// callback). Two words, each its own register where the poll is inlined
@@ -53,10 +57,13 @@ pub struct Lane<'e, B: NicBuf, P: Provider = Verbs> {
     /// (so the data path reaches it without an index), a placeholder in
     /// its place (`QpSlot::lent_to_lane`). Back in the engine while the
     /// router runs, and when the lane is dropped.
-    slot: QpSlot<B, P::Qp>,
+    slot: QpSlot<P::Qp>,
     qp: u32,
-    send: u32,
-    recv: Option<u32>,
+    send: PreparedSend,
+    recv: Option<PreparedRecv>,
+    /// The room the lane holds in each of the engine's tables of requests
+    /// in flight: its queues' depths.
+    reserved: [u32; 2],
     /// The two entries' buffers, moved out of the table for the lane's life
     /// (their memory stays put: the requests still name it), so a copy in
     /// or out reaches them without an index. Put back when the lane is
@@ -100,10 +107,11 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// [`Lane::post_send`] and [`Lane::post_recv`] and completed with
     /// [`Lane::poll`], every handle and buffer checked here once. Refused
     /// when anything in flight on the queue pair is not a post of these
-    /// two requests (the receive side counts only with `recv`). Setup
-    /// time: writes every slot of the queue pair's rings. The lane holds
-    /// the queue pair while it lives; `mem::forget` on it leaks the queue
-    /// pair and the buffers of its prepared requests.
+    /// two requests (the receive side counts only with `recv`), and
+    /// (`QueueFull`) when the engine's completion queue lacks room for the
+    /// queue pair's whole depth (the lane reserves it). The lane holds the
+    /// queue pair while it lives; `mem::forget` on it leaks the queue pair
+    /// and the buffers of its prepared requests.
     pub fn lane(
         &mut self,
         send: PreparedSend,
@@ -128,33 +136,14 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         }
         let slot = &self.qps[qp as usize];
         slot.qp.as_ref().ok_or_else(gone)?;
-        let ours = |s: &super::ring::Slot<B>, index: u32, key: u64| {
-            s.prepared == index && s.generation == key as u32
-        };
-        if !slot.send.in_flight().all(|s| ours(s, send.index, send.key)) {
-            return Err(Error::invalid(site!(
-                "lane",
-                "the queue pair has sends in flight that are not posts of this lane's"
-            )));
-        }
-        if let Some(r) = recv {
-            if !slot.recv.in_flight().all(|s| ours(s, r.index, r.key)) {
-                return Err(Error::invalid(site!(
-                    "lane",
-                    "the queue pair has receives in flight that are not posts of this lane's"
-                )));
-            }
-        }
-        let slot = &mut self.qps[qp as usize];
+        let reserved = self.lane_room(qp, send, recv)?;
         let e = &mut self.prepared.sends[send.index as usize];
-        slot.send.fill(e.tag, e.opcode, send.index, send.key as u32);
         let send_sgl = core::mem::take(&mut e.sgl);
         let mut recv_sgl = Sgl::empty();
         let send_wr = &self.prepared.sends[send.index as usize].wr;
         let recv_wr = match recv {
             Some(r) => {
                 let e = &mut self.prepared.recvs[r.index as usize];
-                slot.recv.fill(e.tag, e.opcode, r.index, r.key as u32);
                 recv_sgl = core::mem::take(&mut e.sgl);
                 Some(&self.prepared.recvs[r.index as usize].wr)
             }
@@ -166,8 +155,9 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             engine: self,
             slot,
             qp,
-            send: send.index,
-            recv: recv.map(|r| r.index),
+            send,
+            recv,
+            reserved,
             send_sgl,
             recv_sgl,
             send_ids: id::ring(false, qp, 0),
@@ -221,7 +211,7 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
         let qp = slot.qp.as_ref().ok_or_else(gone)?;
         let seq = slot.send.next_seq();
         let mut run = slot.unsignaled_run;
-        let signaled = signal_decision(&mut run, slot.send.capacity(), asked, 0);
+        let signaled = signal_decision(&mut run, slot.send.half(), asked, 0);
         self.wrs
             .post_send(
                 &mut self.engine.prov,
@@ -262,7 +252,7 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
     pub fn poll(
         &mut self,
         queue: Queue,
-        mut on_other: impl FnMut(CompletionRef<'_, B>),
+        mut on_other: impl FnMut(CompletionRef<'_, B, P>),
     ) -> Result<LanePoll, Error> {
         let e = &mut *self.engine;
         let cq = match (queue, &e.recv_cq) {
@@ -293,31 +283,48 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
         Ok(LanePoll::default())
     }
 
-    /// [`Lane::poll`]'s other completions: a failed one of the lane's, or
-    /// another queue pair's, through the engine's router.
+    /// [`Lane::poll`]'s other completions: a failed (or stale) one of the
+    /// lane's queues, counted here, or anything else, through the engine's
+    /// router to `on_other`.
     #[cold]
     #[inline(never)]
     fn route(
         &mut self,
         wc: &sys::ibv_wc,
-        on_other: &mut impl FnMut(CompletionRef<'_, B>),
+        on_other: &mut impl FnMut(CompletionRef<'_, B, P>),
     ) -> Result<(), Error> {
-        let (qp, lane_recv) = (self.qp, self.recv.is_some());
-        let mut failed = None;
-        let back = SlotBack::new(self);
-        back.lane.engine.route(core::slice::from_ref(wc), &mut |c| {
-            let own = c.qp().is_some_and(|q| q.index == qp) && (lane_recv || !c.is_recv());
-            if !own {
-                on_other(c);
-            } else if failed.is_none() {
-                failed = c.result().err();
+        if let WrId::Ring { recv, qp, seq } = id::decode(wc.wr_id) {
+            // Without a receive, the queue pair's receive queue is the engine's.
+            let lanes = qp == self.qp && (!recv || self.recv.is_some());
+            if lanes && wc.qp_num == self.slot.qp_num {
+                return self.own(recv, seq, wc);
             }
-        });
-        drop(back);
-        match failed {
-            Some(e) => Err(e),
-            None => Ok(()),
         }
+        let back = SlotBack::new(self);
+        back.lane.engine.route(core::slice::from_ref(wc), on_other);
+        drop(back);
+        Ok(())
+    }
+
+    /// A completion of one of the lane's queues that is not a success the
+    /// poll counted: a failure (the queue pair goes to ERR and the error
+    /// comes back) or a stale or duplicated id (nothing).
+    fn own(&mut self, recv: bool, seq: u64, wc: &sys::ibv_wc) -> Result<(), Error> {
+        let ring = if recv {
+            &mut self.slot.recv
+        } else {
+            &mut self.slot.send
+        };
+        if ring.retire_filled(seq) == 0 || wc.status == WcStatus::SUCCESS {
+            return Ok(());
+        }
+        self.slot.set_state(QpState::ERR);
+        let opcode = if recv {
+            WcOpcode::RECV
+        } else {
+            self.engine.prepared.sends[self.send.index as usize].opcode
+        };
+        check_status(wc.status, opcode, recv)
     }
 
     /// Bytes the lane's last completed receive brought.
@@ -363,24 +370,27 @@ impl<B: HostBuf, P: Provider> Lane<'_, B, P> {
 }
 
 impl<B: NicBuf, P: Provider> Drop for Lane<'_, B, P> {
-    /// Puts the queue pair's slot and the buffers back, and records each
-    /// entry's latest post (what a loan or release checks). Forgotten
-    /// instead, the queue pair is leaked with its slot and the
-    /// buffers, as after a failed destroy: the placeholder makes the
-    /// engine leak its prepared requests too.
+    /// Gives the posts still in flight their entries back (out of the
+    /// lane's reservation, whose rest is returned), puts the queue pair's
+    /// slot and the buffers back, and records each entry's latest post
+    /// (what a loan or release checks). Forgotten instead, the queue pair
+    /// is leaked with its slot, the reservation and the buffers, as after
+    /// a failed destroy: the placeholder makes the engine leak its
+    /// prepared requests and its requests in flight too.
     fn drop(&mut self) {
         let e = &mut *self.engine;
+        e.lane_back(&mut self.slot, self.send, self.recv, self.reserved);
         core::mem::swap(&mut self.slot, &mut e.qps[self.qp as usize]);
         let slot = &e.qps[self.qp as usize];
-        let latest = |ring: &super::ring::Ring<B>| match ring.len() {
+        let latest = |ring: &super::ring::Ring| match ring.len() {
             0 => NEVER,
             _ => ring.next_seq() - 1,
         };
-        let send = &mut e.prepared.sends[self.send as usize];
+        let send = &mut e.prepared.sends[self.send.index as usize];
         send.last_post = latest(&slot.send);
         send.sgl = core::mem::take(&mut self.send_sgl);
         if let Some(r) = self.recv {
-            let recv = &mut e.prepared.recvs[r as usize];
+            let recv = &mut e.prepared.recvs[r.index as usize];
             recv.last_post = latest(&slot.recv);
             recv.sgl = core::mem::take(&mut self.recv_sgl);
         }
@@ -388,8 +398,11 @@ impl<B: NicBuf, P: Provider> Drop for Lane<'_, B, P> {
 }
 
 /// The lane's slot put back into its engine while the router runs (it may
-/// route the lane's own failed completions), and taken out again when
-/// this is dropped, even if the caller's callback panics.
+/// route the queue pair's shared or raw completions, or the engine's
+/// receives of a lane without one), posts on it refused meanwhile (a
+/// callback's post would mix a request with entries into the lane's
+/// queues, which keep none), and taken out again when this is dropped,
+/// even if the caller's callback panics.
 struct SlotBack<'l, 'e, B: NicBuf, P: Provider> {
     lane: &'l mut Lane<'e, B, P>,
 }
@@ -397,6 +410,8 @@ struct SlotBack<'l, 'e, B: NicBuf, P: Provider> {
 impl<'l, 'e, B: NicBuf, P: Provider> SlotBack<'l, 'e, B, P> {
     fn new(lane: &'l mut Lane<'e, B, P>) -> Self {
         core::mem::swap(&mut lane.slot, &mut lane.engine.qps[lane.qp as usize]);
+        let slot = &mut lane.engine.qps[lane.qp as usize];
+        (slot.send_room, slot.recv_room) = (0, 0);
         SlotBack { lane }
     }
 }
@@ -405,5 +420,7 @@ impl<B: NicBuf, P: Provider> Drop for SlotBack<'_, '_, B, P> {
     fn drop(&mut self) {
         let lane = &mut *self.lane;
         core::mem::swap(&mut lane.slot, &mut lane.engine.qps[lane.qp as usize]);
+        // The rooms its state allows (the router may have moved it to ERR).
+        lane.slot.set_state(lane.slot.state);
     }
 }

@@ -3,11 +3,12 @@
 //! object one polling thread owns.
 //!
 //! - `id`: the one work-request id codec.
-//! - `ring`, `srq`, `prepared`: who owns each posted request's
-//!   buffers until it completes (a ring slot, a shared-receive slot, a
-//!   prepared entry).
+//! - `flights`, `ring`, `srq`, `prepared`: who owns each posted request's
+//!   buffers until it completes (an entry of the engine's table of requests
+//!   in flight, chained per queue; a shared-receive slot; a prepared entry).
 //! - `doorbell`: the only place work requests reach the device.
-//! - `post`, `poll`: the data path; `check`: what a send is checked for;
+//! - `post`, `poll`: the data path; `poster`: posting from a poll's
+//!   callback; `check`: what a send is checked for;
 //!   `lane`: one queue pair's prepared pair, checked once, posted often.
 //! - `setup`, `connect`, `expose`: building, connecting, exposing memory.
 //! - `ud`, `ah_table`: datagrams and the address handles they name.
@@ -27,15 +28,19 @@ mod connect;
 mod core;
 mod doorbell;
 mod expose;
+mod flights;
 pub(crate) mod id;
 mod lane;
+mod lane_room;
 mod path;
 mod poll;
 mod post;
+mod poster;
 mod prepared;
 mod prepared_chain;
 mod prepared_table;
 mod qp_slot;
+mod remove;
 mod ring;
 mod setup;
 #[cfg(test)]
@@ -60,6 +65,7 @@ pub use id::RAW_ID_LIMIT;
 pub use lane::{Lane, LanePoll};
 pub use path::PathInfo;
 pub use post::PostError;
+pub use poster::Poster;
 pub use prepared_table::{Prepared, PreparedHandle, PreparedRecv, PreparedSend};
 pub use qp_slot::{QpId, QpState};
 pub use ud::UdDest;

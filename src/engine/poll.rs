@@ -1,22 +1,35 @@
 //! Polling: each completion is routed by its work request id (checked
-//! against the queue pair's number and the ring's window, or the shared
+//! against the queue pair's number and its queue's window, or the shared
 //! receive slot's generation) and hands back the buffers of every request
 //! it finishes. A completion that names nothing in flight (stale,
 //! duplicated, foreign) reaches no buffer. Never blocks, never allocates.
+//!
+//! Each finished request is retired before it is lent (its entry released,
+//! its buffers moved into the [`CompletionRef`]), and the router keeps no
+//! borrow of the engine across the callback: the callback may post on the
+//! engine (`poster.rs`), and a request it posts is one more in flight,
+//! after the ones this completion finishes.
 
 use core::mem::MaybeUninit;
 
 use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
-use crate::sys::{self, ibv_wc_status as WcStatus};
+use crate::sys::{self, ibv_wc_opcode as WcOpcode, ibv_wc_status as WcStatus};
 use crate::time::Deadline;
 
 use super::completion::{Completion, CompletionRef, Origin};
 use super::config::Queue;
 use super::core::Engine;
 use super::doorbell::Provider;
+use super::flights::Retired;
 use super::id::{self, WrId};
 use super::qp_slot::{QpId, QpState};
+use super::ring::NONE;
+
+/// A request of several buffers lent to a callback: its origin, what was
+/// kept of it, its table's side, whether the entry is its own, a receive,
+/// its queue pair.
+type Lent<B> = (Origin, Retired<B>, bool, bool, bool, Option<QpId>);
 
 /// Most completion entries one poll takes off a CQ.
 pub(crate) const POLL_BATCH: usize = 16;
@@ -29,17 +42,21 @@ pub(crate) const DEAD_PEER: &crate::error::Site = site!(
 );
 
 /// The completions of one poll not yet routed. If the caller's callback
-/// panics, dropping this routes the rest (and the one it was on: routing
-/// is idempotent) without calling back, so no request stays stranded.
+/// panics, dropping this releases the entry it was lent and routes the
+/// rest (and the one it was on: routing is idempotent) without calling
+/// back, so no request stays stranded.
 struct Unrouted<'e, 'w, B: NicBuf, P: Provider> {
     engine: &'e mut Engine<B, P>,
     rest: &'w [sys::ibv_wc],
+    each_own: bool,
 }
 
 impl<B: NicBuf, P: Provider> Drop for Unrouted<'_, '_, B, P> {
     #[inline(always)]
     fn drop(&mut self) {
-        if !self.rest.is_empty() {
+        let e = &*self.engine;
+        let detached = e.flights[0].detached & e.flights[1].detached != NONE;
+        if !self.rest.is_empty() || e.lent != NONE || detached {
             self.route_rest();
         }
     }
@@ -50,8 +67,12 @@ impl<B: NicBuf, P: Provider> Unrouted<'_, '_, B, P> {
     #[cold]
     #[inline(never)]
     fn route_rest(&mut self) {
+        self.engine.release_lent();
+        for flights in &mut self.engine.flights {
+            flights.release_detached();
+        }
         for wc in self.rest {
-            self.engine.retire(wc, &mut |_| {});
+            self.engine.retire_as(wc, self.each_own, &mut |_| {});
         }
     }
 }
@@ -63,7 +84,10 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// signaled) when the next signaled request of its queue completes.
     /// Returns the number handed back.
     #[inline]
-    pub fn poll(&mut self, mut on_done: impl FnMut(CompletionRef<'_, B>)) -> Result<usize, Error> {
+    pub fn poll(
+        &mut self,
+        mut on_done: impl FnMut(CompletionRef<'_, B, P>),
+    ) -> Result<usize, Error> {
         let mut delivered = self.poll_cq(false, POLL_BATCH, &mut on_done)?;
         if self.recv_cq.is_some() {
             delivered += self.poll_cq(true, POLL_BATCH, &mut on_done)?;
@@ -79,7 +103,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     pub fn poll_queue(
         &mut self,
         queue: Queue,
-        mut on_done: impl FnMut(CompletionRef<'_, B>),
+        mut on_done: impl FnMut(CompletionRef<'_, B, P>),
     ) -> Result<usize, Error> {
         match queue {
             Queue::Send => self.poll_cq(false, POLL_BATCH, &mut on_done),
@@ -94,7 +118,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         &mut self,
         recv_side: bool,
         max: usize,
-        on_done: &mut impl FnMut(CompletionRef<'_, B>),
+        on_done: &mut impl FnMut(CompletionRef<'_, B, P>),
     ) -> Result<usize, Error> {
         let mut wcs = [const { MaybeUninit::<sys::ibv_wc>::uninit() }; POLL_BATCH];
         let cq = match &self.recv_cq {
@@ -111,42 +135,84 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     pub(crate) fn route(
         &mut self,
         polled: &[sys::ibv_wc],
-        on_done: &mut impl FnMut(CompletionRef<'_, B>),
+        on_done: &mut impl FnMut(CompletionRef<'_, B, P>),
+    ) -> usize {
+        self.route_as(polled, false, on_done)
+    }
+
+    /// [`Engine::route`]; with `each_own`, every request an entry finishes
+    /// takes it as its own (a reset's flush: none of them is known to have
+    /// run), not only the last.
+    #[inline]
+    fn route_as(
+        &mut self,
+        polled: &[sys::ibv_wc],
+        each_own: bool,
+        on_done: &mut impl FnMut(CompletionRef<'_, B, P>),
     ) -> usize {
         let mut delivered = 0;
         let mut pending = Unrouted {
             engine: self,
             rest: polled,
+            each_own,
         };
         while let [wc, rest @ ..] = pending.rest {
-            delivered += pending.engine.retire(wc, on_done);
+            delivered += pending.engine.retire_as(wc, each_own, on_done);
             pending.rest = rest;
         }
         delivered
     }
 
-    /// Hands back what completion `wc` finishes. Idempotent: a second call
-    /// with the same entry finds nothing left to hand back.
-    #[inline(always)]
-    pub(crate) fn retire(
+    /// Lends a request of several buffers (`origin`, what was kept of it,
+    /// its table's side, whether the entry is its own, a receive, its
+    /// queue pair) to `on_done`: its buffers after the first stay in their
+    /// overflow entry, released when the callback returns (or by `Unrouted`
+    /// if it panics). By exception: a request of one buffer is lent inline.
+    #[cold]
+    #[inline(never)]
+    fn lend_several(
         &mut self,
         wc: &sys::ibv_wc,
-        on_done: &mut impl FnMut(CompletionRef<'_, B>),
-    ) -> usize {
-        self.retire_as(wc, false, on_done)
+        c: Lent<B>,
+        on_done: &mut impl FnMut(CompletionRef<'_, B, P>),
+    ) {
+        let (origin, kept, side, own_entry, is_recv, qp) = c;
+        self.lent = kept.more | u32::from(side) << 31;
+        on_done(CompletionRef {
+            wc,
+            origin,
+            kept,
+            side,
+            own_entry,
+            is_recv,
+            qp,
+            engine: self,
+        });
+        self.release_lent();
     }
 
-    /// [`Engine::retire`]; with `each_own`, every request it finishes
-    /// takes `wc` as its own entry (a reset's flush: none of them is known
-    /// to have run), not only the last.
+    /// Releases the overflow entry of the request lent to a callback (when
+    /// it returned, or panicked), with the buffers it still keeps.
+    #[cold]
+    #[inline(never)]
+    fn release_lent(&mut self) {
+        let lent = core::mem::replace(&mut self.lent, NONE);
+        if lent != NONE {
+            self.flights[(lent >> 31) as usize].release_overflow(lent & !(1 << 31));
+        }
+    }
+
+    /// Hands back what completion `wc` finishes. Idempotent: a second call
+    /// with the same entry finds nothing left to hand back. Only under an
+    /// `Unrouted` guard (`route_as`), which releases a lent entry whose
+    /// callback panicked.
     #[inline]
     fn retire_as(
         &mut self,
         wc: &sys::ibv_wc,
         each_own: bool,
-        on_done: &mut impl FnMut(CompletionRef<'_, B>),
+        on_done: &mut impl FnMut(CompletionRef<'_, B, P>),
     ) -> usize {
-        let engine = self.id;
         match id::decode(wc.wr_id) {
             WrId::Ring { recv, qp, seq } => {
                 let Some(slot) = self.qps.get_mut(qp as usize) else {
@@ -165,46 +231,74 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                     slot.set_state(QpState::ERR); // every later request will flush
                 }
                 let id = QpId {
-                    engine,
+                    engine: self.id,
                     index: qp,
                     generation: slot.generation,
                 };
-                let ring = if recv { &mut slot.recv } else { &mut slot.send };
+                let side = recv & self.recv_cq.is_some();
                 let delivered = count as usize;
-                while count > 0 {
+                let ring = if recv { &mut slot.recv } else { &mut slot.send };
+                let flights = &mut self.flights[usize::from(side)];
+                let mut at = flights.detach(ring, count);
+                loop {
                     count -= 1;
-                    on_done(CompletionRef {
-                        wc,
-                        origin: Origin::Ring(ring.pop_oldest()),
-                        own_entry: each_own || count == 0,
-                        is_recv: recv,
-                        qp: Some(id),
-                        prepared: &self.prepared,
-                    });
+                    let flights = &mut self.flights[usize::from(side)];
+                    let (kept, next) = flights.retire(at);
+                    at = next;
+                    // What is left to lend: released by `Unrouted` if the
+                    // callback panics.
+                    flights.detached = at;
+                    let own_entry = each_own || count == 0;
+                    if kept.more == NONE {
+                        on_done(CompletionRef {
+                            wc,
+                            origin: Origin::Ring,
+                            kept,
+                            side,
+                            own_entry,
+                            is_recv: recv,
+                            qp: Some(id),
+                            engine: self,
+                        });
+                    } else {
+                        let c = (Origin::Ring, kept, side, own_entry, recv, Some(id));
+                        self.lend_several(wc, c, on_done);
+                    }
+                    if count == 0 {
+                        return delivered;
+                    }
                 }
-                delivered
             }
             WrId::Srq { slot, generation } => {
                 let qp = self.by_qp_num(wc.qp_num);
+                let side = self.recv_cq.is_some();
                 let Some(srq) = self.srq.as_mut() else {
                     return 0;
                 };
-                let Some(s) = srq.complete(slot, generation) else {
+                let Some((tag, sgl)) = srq.complete(slot, generation) else {
                     return 0;
                 };
+                let mut kept = Retired::bare(tag, WcOpcode::RECV);
+                self.flights[usize::from(side)].hold(&mut kept, sgl);
                 if wc.status != WcStatus::SUCCESS {
                     if let Some(q) = qp {
                         self.qps[q.index as usize].set_state(QpState::ERR);
                     }
                 }
-                on_done(CompletionRef {
-                    wc,
-                    origin: Origin::Srq(s),
-                    own_entry: true,
-                    is_recv: true,
-                    qp,
-                    prepared: &self.prepared,
-                });
+                if kept.more == NONE {
+                    on_done(CompletionRef {
+                        wc,
+                        origin: Origin::Srq,
+                        kept,
+                        side,
+                        own_entry: true,
+                        is_recv: true,
+                        qp,
+                        engine: self,
+                    });
+                } else {
+                    self.lend_several(wc, (Origin::Srq, kept, side, true, true, qp), on_done);
+                }
                 1
             }
             WrId::Raw(_) => {
@@ -217,23 +311,25 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 on_done(CompletionRef {
                     wc,
                     origin: Origin::Raw,
+                    kept: Retired::bare(0, WcOpcode::SEND),
+                    side: false,
                     own_entry: true,
                     is_recv: false,
                     qp,
-                    prepared: &self.prepared,
+                    engine: self,
                 });
                 1
             }
         }
     }
 
-    /// Hands back every request still in `qp`'s rings as flushed, without a
+    /// Hands back every request still in `qp`'s queues as flushed, without a
     /// completion from the device. Only for a queue pair the device holds
     /// no work request of: in RESET (or destroyed).
     pub(crate) fn retire_all(
         &mut self,
         qp: QpId,
-        on_done: &mut impl FnMut(CompletionRef<'_, B>),
+        on_done: &mut impl FnMut(CompletionRef<'_, B, P>),
     ) -> Result<(), Error> {
         let slot = self.slot(qp)?;
         debug_assert!(
@@ -241,13 +337,18 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             "only a queue pair in RESET owns no work request"
         );
         let qp_num = slot.qp_num;
-        for (recv, tail) in [(false, slot.send.next_seq()), (true, slot.recv.next_seq())] {
+        let flush = |recv: bool, tail: u64| {
             let mut wc = <sys::ibv_wc as sys::Zeroed>::zeroed();
             wc.wr_id = id::ring(recv, qp.index, tail.wrapping_sub(1));
             wc.status = WcStatus::WR_FLUSH_ERR;
             wc.qp_num = qp_num;
-            self.retire_as(&wc, true, on_done);
-        }
+            wc
+        };
+        let wcs = [
+            flush(false, slot.send.next_seq()),
+            flush(true, slot.recv.next_seq()),
+        ];
+        self.route_as(&wcs, true, on_done);
         Ok(())
     }
 
@@ -259,7 +360,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         &mut self,
         qp: QpId,
         mut settling: impl FnMut() -> bool,
-        on_done: &mut impl FnMut(CompletionRef<'_, B>),
+        on_done: &mut impl FnMut(CompletionRef<'_, B, P>),
     ) -> Result<(), Error> {
         self.set_state(qp, QpState::ERR)?;
         while self.in_flight(qp)? != (0, 0) && settling() {
@@ -291,7 +392,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     pub fn wait_one(&mut self, deadline: Deadline) -> Result<Completion<B>, Error> {
         loop {
             let mut last = None;
-            let mut keep = |c: CompletionRef<'_, B>| last = Some(c.into_owned());
+            let mut keep = |c: CompletionRef<'_, B, P>| last = Some(c.into_owned());
             if self.poll_cq(false, 1, &mut keep)? == 0 && self.recv_cq.is_some() {
                 self.poll_cq(true, 1, &mut keep)?;
             }

@@ -1,15 +1,16 @@
-//! Posting: each request is checked against its queue pair, then handed to
-//! the doorbell, which posts it and moves its buffers into the queue pair's
-//! ring. No heap allocation, no lock: work requests are built on the stack,
-//! the rings were sized at setup.
+//! Posting: each request is checked against its queue pair and the room
+//! its queue and the engine's completion queue have left, then handed to
+//! the doorbell, which posts it and moves its buffers into the engine's
+//! table of requests in flight. No heap allocation, no lock: work requests
+//! are built on the stack, the table was reserved at setup.
 
 use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
 use crate::wr::{RecvRequest, SendOp, SendRequest};
 
 use super::check::{
-    cannot_recv, cannot_send_on, check_send, completes_as, post_hint, ud_recv_too_short,
-    MIN_UD_RECV,
+    cannot_recv, cannot_send_on, check_send, completes_as, engine_full, post_hint,
+    ud_recv_too_short, MIN_UD_RECV,
 };
 use super::config::Transport;
 use super::core::Engine;
@@ -37,6 +38,8 @@ impl<R: core::fmt::Debug> std::error::Error for PostError<R> {}
 impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// Posts one send-queue request on `qp`. Its buffers belong to the
     /// engine until [`Engine::poll`] hands them back with the completion.
+    /// Refused (`QueueFull`) when the queue pair's send queue, or the
+    /// engine's completion queue, holds as many requests in flight as it can.
     #[inline]
     #[allow(clippy::result_large_err)] // the request comes back unboxed: no allocation
     pub fn post_send(
@@ -44,7 +47,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         qp: QpId,
         mut req: SendRequest<B>,
     ) -> Result<(), PostError<SendRequest<B>>> {
-        let (prov, slot) = match self.split(qp) {
+        let (prov, slot, flights) = match self.parts(qp) {
             Ok(s) => s,
             Err(error) => {
                 return Err(PostError {
@@ -59,6 +62,13 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 request: req,
             });
         }
+        let flights = &mut flights[0];
+        if flights.available() == 0 {
+            return Err(PostError {
+                error: engine_full(),
+                request: req,
+            });
+        }
         if let Err(error) = check_send(slot, &req.op, req.sgl.total_len() as u64, req.flags.inline)
         {
             return Err(PostError {
@@ -67,7 +77,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             });
         }
         let mut run = slot.unsignaled_run;
-        let signaled = signal_decision(&mut run, slot.send.capacity(), req.flags.signaled, 0);
+        let asked = req.flags.signaled || flights.crowded(0);
+        let signaled = signal_decision(&mut run, slot.send.half(), asked, 0);
         let f = req.flags;
         let meta = SendMeta {
             tag: req.tag,
@@ -86,7 +97,15 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             unreachable_vacant()
         };
         let max_sge = slot.caps.max_send_sge;
-        let result = doorbell::send_one(prov, handle, qp.index, &mut slot.send, max_sge, one);
+        let result = doorbell::send_one(
+            prov,
+            handle,
+            qp.index,
+            flights,
+            &mut slot.send,
+            max_sge,
+            one,
+        );
         match result {
             Ok(()) => {
                 slot.unsignaled_run = run;
@@ -117,12 +136,18 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         if count == 0 {
             return Ok(0);
         }
-        let (prov, slot) = self.split(qp)?;
+        let (prov, slot, flights) = self.parts(qp)?;
         if slot.send.len() + count as u64 > slot.send_room {
             return Err(cannot_send_on(slot));
         }
-        let asked = |i: usize| reqs[i].as_ref().is_some_and(|r| r.flags.signaled);
-        let plan = SignalPlan::new(slot.unsignaled_run, slot.send.capacity(), count, asked);
+        let flights = &mut flights[0];
+        if (flights.available() as usize) < count {
+            return Err(engine_full());
+        }
+        let asked = |i: usize| {
+            reqs[i].as_ref().is_some_and(|r| r.flags.signaled) || flights.crowded(i as u32)
+        };
+        let plan = SignalPlan::new(slot.unsignaled_run, slot.send.half(), count, asked);
         let mut sends: [Option<OwnSend<'_, B>>; super::config::MAX_CHAIN] =
             [const { None }; super::config::MAX_CHAIN];
         for (i, req) in reqs.iter_mut().take(count).enumerate() {
@@ -149,6 +174,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             prov,
             handle,
             qp.index,
+            flights,
             &mut slot.send,
             slot.caps.max_send_sge,
             &mut sends[..count],
@@ -181,13 +207,18 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         tag: u64,
         signaled: bool,
     ) -> Result<(), Error> {
-        let (prov, slot) = self.split(qp)?;
+        let (prov, slot, flights) = self.parts(qp)?;
         if slot.send.len() >= slot.send_room {
             return Err(cannot_send_on(slot));
         }
+        let flights = &mut flights[0];
+        if flights.available() == 0 {
+            return Err(engine_full());
+        }
         check_send(slot, &op, data.len() as u64, true)?;
         let mut run = slot.unsignaled_run;
-        let signaled = signal_decision(&mut run, slot.send.capacity(), signaled, 0);
+        let asked = signaled || flights.crowded(0);
+        let signaled = signal_decision(&mut run, slot.send.half(), asked, 0);
         let meta = SendMeta {
             tag,
             opcode: completes_as(&op),
@@ -196,14 +227,23 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         let Some(handle) = slot.qp.as_ref() else {
             unreachable_vacant()
         };
-        doorbell::send_inline(prov, handle, qp.index, &mut slot.send, &op, data, meta)
-            .map_err(post_hint)?;
+        doorbell::send_inline(
+            prov,
+            handle,
+            qp.index,
+            flights,
+            &mut slot.send,
+            &op,
+            data,
+            meta,
+        )
+        .map_err(post_hint)?;
         slot.unsignaled_run = run;
         Ok(())
     }
 
     /// Posts a receive on `qp`. Its buffers belong to the engine until the
-    /// receive completes.
+    /// receive completes. Refused as [`Engine::post_send`] is, when full.
     #[inline]
     #[allow(clippy::result_large_err)] // the request comes back unboxed
     pub fn post_recv(
@@ -211,7 +251,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         qp: QpId,
         mut req: RecvRequest<B>,
     ) -> Result<(), PostError<RecvRequest<B>>> {
-        let (prov, slot) = match self.split(qp) {
+        let side = self.recv_side;
+        let (prov, slot, flights) = match self.parts(qp) {
             Ok(s) => s,
             Err(error) => {
                 return Err(PostError {
@@ -223,6 +264,13 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         if slot.recv.len() >= slot.recv_room {
             return Err(PostError {
                 error: cannot_recv(slot.state, slot.has_srq),
+                request: req,
+            });
+        }
+        let flights = &mut flights[side];
+        if flights.available() == 0 {
+            return Err(PostError {
+                error: engine_full(),
                 request: req,
             });
         }
@@ -239,6 +287,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             prov,
             handle,
             qp.index,
+            flights,
             &mut slot.recv,
             slot.caps.max_recv_sge,
             &mut req.sgl,

@@ -12,7 +12,7 @@ use crate::memory::{HostBuf, NicBuf};
 use crate::sys::ibv_wc_opcode as WcOpcode;
 use crate::wr::{RecvRequest, SendRequest};
 
-use super::check::{check_prepare_ud, check_send, completes_as};
+use super::check::{check_prepare_ud, check_send, completes_as, engine_full};
 use super::core::Engine;
 use super::doorbell::{send_flags, PreparedWr, Provider};
 use super::post::PostError;
@@ -160,30 +160,34 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             if slot.recv.len() >= slot.recv_room {
                 return Err(super::check::cannot_recv(slot.state, slot.has_srq));
             }
+            let flights = &mut self.flights[self.recv_side];
+            if flights.available() == 0 {
+                return Err(engine_full());
+            }
             let seq = slot.recv.next_seq();
             super::doorbell::recv_prepared(&mut self.prov, qp, entry.qp, seq, &mut entry.wr)?;
             entry.last_post = seq;
-            let s = slot.recv.push(entry.tag, WcOpcode::RECV);
-            s.prepared = index;
-            s.generation = key as u32;
+            flights.push_bare(&mut slot.recv, entry.tag, WcOpcode::RECV, index, key as u32);
             return Ok(());
         }
         if slot.send.len() >= slot.send_room {
             return Err(super::check::cannot_send(slot.state));
         }
-        let asked = as_prepared && entry.signaled;
+        let flights = &mut self.flights[0];
+        if flights.available() == 0 {
+            return Err(engine_full());
+        }
+        let asked = (as_prepared && entry.signaled) || flights.crowded(0);
         // A signaled post (the latency tests' every one) reads no run.
         let mut run = if asked { 0 } else { slot.unsignaled_run };
         let signaled =
-            asked || super::qp_slot::signal_decision(&mut run, slot.send.capacity(), false, 0);
+            asked || super::qp_slot::signal_decision(&mut run, slot.send.half(), false, 0);
         let seq = slot.send.next_seq();
         super::doorbell::send_prepared(&mut self.prov, qp, entry.qp, seq, &mut entry.wr, signaled)
             .map_err(super::check::post_hint)?;
         entry.last_post = seq;
         slot.unsignaled_run = run;
-        let s = slot.send.push(entry.tag, entry.opcode);
-        s.prepared = index;
-        s.generation = key as u32;
+        flights.push_bare(&mut slot.send, entry.tag, entry.opcode, index, key as u32);
         Ok(())
     }
 
@@ -305,7 +309,7 @@ impl<B: HostBuf, P: Provider> Engine<B, P> {
 pub(super) fn rebuilt<'a, B: NicBuf, Q>(
     entry: Option<&'a mut Entry<B>>,
     key: u64,
-    qps: &[super::qp_slot::QpSlot<B, Q>],
+    qps: &[super::qp_slot::QpSlot<Q>],
     recv: bool,
 ) -> Result<&'a mut Entry<B>, Error> {
     match entry {

@@ -7,7 +7,7 @@
 use crate::error::{site, Error};
 use crate::memory::NicBuf;
 
-use super::check::{cannot_send, post_hint};
+use super::check::{cannot_send, engine_full, post_hint};
 use super::config::MAX_CHAIN;
 use super::core::Engine;
 use super::doorbell::{send_prepared_chain, Provider};
@@ -79,7 +79,12 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         if slot.send.len() + n as u64 > slot.send_room {
             return Err(cannot_send(slot.state));
         }
-        let plan = SignalPlan::new(slot.unsignaled_run, slot.send.capacity(), n, signal);
+        let flights = &mut self.flights[0];
+        if (flights.available() as usize) < n {
+            return Err(engine_full());
+        }
+        let asked = |i: usize| signal(i) || flights.crowded(i as u32);
+        let plan = SignalPlan::new(slot.unsignaled_run, slot.send.half(), n, asked);
         let signaled = plan.signaled;
         let first = slot.send.next_seq();
         let sends = &self.prepared.sends;
@@ -91,9 +96,13 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         for (i, h) in chain.iter().enumerate().take(posted) {
             let entry = &mut self.prepared.sends[h.index as usize];
             entry.last_post = first + i as u64;
-            let s = slot.send.push(entry.tag, entry.opcode);
-            s.prepared = h.index;
-            s.generation = h.key as u32;
+            flights.push_bare(
+                &mut slot.send,
+                entry.tag,
+                entry.opcode,
+                h.index,
+                h.key as u32,
+            );
         }
         slot.unsignaled_run = plan.run_after(posted, slot.unsignaled_run);
         match result {

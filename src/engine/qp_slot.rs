@@ -68,7 +68,7 @@ impl Default for QpInfo {
 }
 
 /// One queue pair's bookkeeping. `Q` is the provider's handle.
-pub(crate) struct QpSlot<B, Q> {
+pub(crate) struct QpSlot<Q> {
     /// `None` while the slot is vacant.
     pub(crate) qp: Option<Q>,
     /// The queue pair number, or `VACANT`.
@@ -76,8 +76,8 @@ pub(crate) struct QpSlot<B, Q> {
     pub(crate) generation: u32,
     pub(crate) state: QpState,
     pub(crate) transport: Transport,
-    pub(crate) send: Ring<B>,
-    pub(crate) recv: Ring<B>,
+    pub(crate) send: Ring,
+    pub(crate) recv: Ring,
     /// What the state lets the data path have in flight: the ring's
     /// capacity, or 0 where the state (or the shared receive queue) refuses
     /// posts. One comparison per post checks state and room.
@@ -95,15 +95,15 @@ pub(crate) struct QpSlot<B, Q> {
     pub(crate) info: QpInfo,
 }
 
-impl<B, Q> QpSlot<B, Q> {
+impl<Q> QpSlot<Q> {
     /// A live slot for `qp` in INIT's predecessor, RESET.
     #[allow(clippy::too_many_arguments)] // one per field it fills; called from one place
     pub(crate) fn new(
         qp: Q,
         qp_num: u32,
         generation: u32,
-        send: Ring<B>,
-        recv: Ring<B>,
+        send: Ring,
+        recv: Ring,
         caps: sys::ibv_qp_cap,
         has_srq: bool,
         info: QpInfo,
@@ -147,8 +147,7 @@ impl<B, Q> QpSlot<B, Q> {
     }
 
     /// What stands in the engine for a slot a lane holds: vacant (no
-    /// completion matches it, no call reaches it), never reused, and
-    /// allocation-free.
+    /// completion matches it, no call reaches it) and never reused.
     pub(crate) fn lent_to_lane() -> Self {
         QpSlot {
             lane_out: true,
@@ -178,13 +177,14 @@ impl<B, Q> QpSlot<B, Q> {
 }
 
 /// Signals a request if the caller asked, or if leaving it unsignaled could
-/// let unsignaled requests fill the send queue (a deadlock: their slots are
-/// freed only by a later signaled completion). `run` counts the unsignaled
-/// requests since the last signaled one; `remaining` the requests after
-/// this one in the same chain.
+/// let unsignaled requests fill the send queue (a deadlock: their entries
+/// are freed only by a later signaled completion). `run` counts the
+/// unsignaled requests since the last signaled one; `half` is half the
+/// queue's capacity, rounded up (`Ring::half`); `remaining` the requests
+/// after this one in the same chain.
 #[inline(always)]
-pub(crate) fn signal_decision(run: &mut u64, capacity: u64, asked: bool, remaining: u64) -> bool {
-    if asked || *run + 1 + remaining >= capacity.div_ceil(2) {
+pub(crate) fn signal_decision(run: &mut u64, half: u64, asked: bool, remaining: u64) -> bool {
+    if asked || *run + 1 + remaining >= half {
         *run = 0;
         true
     } else {
@@ -205,7 +205,7 @@ pub(crate) struct SignalPlan {
 
 impl SignalPlan {
     #[inline(always)]
-    pub(crate) fn new(run: u64, capacity: u64, n: usize, asked: impl Fn(usize) -> bool) -> Self {
+    pub(crate) fn new(run: u64, half: u64, n: usize, asked: impl Fn(usize) -> bool) -> Self {
         let mut plan = SignalPlan {
             signaled: [false; MAX_CHAIN],
             runs: [0; MAX_CHAIN],
@@ -213,7 +213,7 @@ impl SignalPlan {
         let mut run = run;
         for i in 0..n.min(MAX_CHAIN) {
             let remaining = (n - 1 - i) as u64;
-            plan.signaled[i] = signal_decision(&mut run, capacity, asked(i), remaining);
+            plan.signaled[i] = signal_decision(&mut run, half, asked(i), remaining);
             plan.runs[i] = run;
         }
         plan

@@ -94,11 +94,11 @@ impl<B, S> SrqSlots<B, S> {
         s.posted = true;
     }
 
-    /// The slot a completion names, now free again (its generation moves
-    /// on), with its buffers for the caller to take; `None` for an id that
-    /// names no posted receive.
+    /// Completes the receive a completion names: its slot free again (its
+    /// generation moves on); its tag, and its buffers for the caller to
+    /// move out. `None` for an id that names no posted receive.
     #[inline]
-    pub(crate) fn complete(&mut self, slot: u32, generation: u64) -> Option<&mut SrqSlot<B>> {
+    pub(crate) fn complete(&mut self, slot: u32, generation: u64) -> Option<(u64, &mut Sgl<B>)> {
         let s = self.slots.get_mut(slot as usize)?;
         if !s.posted || s.generation != generation {
             return None;
@@ -106,6 +106,6 @@ impl<B, S> SrqSlots<B, S> {
         s.posted = false;
         s.generation = (s.generation + 1) & GEN_MASK;
         self.free.push(slot);
-        Some(s)
+        Some((s.tag, &mut s.sgl))
     }
 }

@@ -15,7 +15,7 @@ use crate::sys::{self, ibv_qp_attr_mask as M, Zeroed};
 use crate::wr::{SendOp, SendRequest};
 
 use super::ah_table::AhId;
-use super::check::{cannot_send, completes_as, post_hint};
+use super::check::{cannot_send, completes_as, engine_full, post_hint};
 use super::config::Transport;
 use super::core::Engine;
 use super::doorbell::{self, Provider, SendMeta, UdTarget, Verbs};
@@ -178,15 +178,20 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             Ok(ah) => ah.as_ptr(),
             Err(e) => return refuse(e, req),
         };
-        let (prov, slot) = match self.split(qp) {
+        let (prov, slot, flights) = match self.parts(qp) {
             Ok(s) => s,
             Err(e) => return refuse(e, req),
         };
         if let Err(e) = check_ud_send(slot, dest, &req) {
             return refuse(e, req);
         }
+        let flights = &mut flights[0];
+        if flights.available() == 0 {
+            return refuse(engine_full(), req);
+        }
         let mut run = slot.unsignaled_run;
-        let signaled = signal_decision(&mut run, slot.send.capacity(), req.flags.signaled, 0);
+        let asked = req.flags.signaled || flights.crowded(0);
+        let signaled = signal_decision(&mut run, slot.send.half(), asked, 0);
         let meta = SendMeta {
             tag: req.tag,
             opcode: completes_as(&req.op),
@@ -205,6 +210,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             prov,
             handle,
             qp.index,
+            flights,
             &mut slot.send,
             slot.caps.max_send_sge,
             &op,
@@ -225,7 +231,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
 
 /// The MTU's bytes for `slot` (UD): its port's active MTU, at most the
 /// configured bound.
-fn max_payload<B, Q>(slot: &QpSlot<B, Q>) -> u32 {
+fn max_payload<Q>(slot: &QpSlot<Q>) -> u32 {
     let code = slot
         .info
         .port
@@ -237,7 +243,7 @@ fn max_payload<B, Q>(slot: &QpSlot<B, Q>) -> u32 {
 
 /// Everything a datagram is checked for before the device sees it.
 fn check_ud_send<B: NicBuf, Q>(
-    slot: &QpSlot<B, Q>,
+    slot: &QpSlot<Q>,
     dest: &UdDest,
     req: &SendRequest<B>,
 ) -> Result<(), Error> {

@@ -78,7 +78,7 @@ impl<B, P: Provider> Deref for PlaneEngine<B, P> {
 }
 
 /// A plane's engine as the transfer uses it (see the module docs).
-pub trait PlaneDevice<B> {
+pub trait PlaneDevice<B, P: Provider = Verbs> {
     /// `qp`'s number, the PSN its next request starts at (its first, as
     /// connected) and its path MTU in bytes: what the trace records.
     fn describe(&self, qp: QpId) -> Result<(u32, u32, u32), Error>;
@@ -100,7 +100,7 @@ pub trait PlaneDevice<B> {
         &mut self,
         qp: QpId,
         deadline: Deadline,
-        on_done: impl FnMut(CompletionRef<'_, B>),
+        on_done: impl FnMut(CompletionRef<'_, B, P>),
     ) -> Result<(), Error>;
 
     /// Whether `port` is active now.

@@ -34,7 +34,7 @@ const STEP_GAP_MAX: Duration = Duration::from_millis(50);
 
 impl<B: NicBuf, P: Provider> Transfer<B, P>
 where
-    Engine<B, P>: PlaneDevice<B>,
+    Engine<B, P>: PlaneDevice<B, P>,
 {
     /// One round: posts waiting chunks on the paths that are up, polls
     /// every plane once, then fails stalled paths (and those on a plane
@@ -267,8 +267,8 @@ where
                 // A fresh queue pair: see `PeerControl` for why not the old one.
                 let engine = &mut self.planes[plane].engine.0;
                 // The old one holds nothing (reset; or removed by an earlier
-                // try); a failed destroy leaks it. Removed first, so its
-                // completion queue room goes to the new one.
+                // try); a failed destroy leaks it. Removed first, so the
+                // new one takes its slot.
                 let _ = engine.remove_qp(qp);
                 let (fresh, ours) = engine.fresh_qp(&self.config.qp)?;
                 self.paths[index].stats.qp = fresh;

@@ -105,7 +105,9 @@ fn under_churn_and_errors_a_done_chunk_has_landed_where_its_placement_says() {
     let seeds: u64 = std::env::var("VERBS_TRANSFER_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(200);
+        // Under Miri a seed takes seconds: a few find what it looks for
+        // (undefined behaviour), the native runs the rest.
+        .unwrap_or(if cfg!(miri) { 4 } else { 200 });
     let (mut steps, mut failures, mut twice) = (0, 0, 0);
     for seed in 0..seeds {
         let (s, f, t) = replay(seed);

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::engine::CompletionRef;
+use crate::engine::{CompletionRef, Provider};
 use crate::memory::NicBuf;
 use crate::sys::ibv_wc_status as WcStatus;
 
@@ -42,7 +42,7 @@ impl<B: NicBuf> Settle<'_, B> {
     /// goes back to its slot; a success completes the chunk, a failure (or
     /// flush) queues it again and fails its path; a probe's success
     /// re-admits its path.
-    pub(crate) fn settle(&mut self, mut c: CompletionRef<'_, B>, plane: u16) {
+    pub(crate) fn settle<P: Provider>(&mut self, mut c: CompletionRef<'_, B, P>, plane: u16) {
         let tag = c.tag();
         let status = c.status();
         let ok = status == WcStatus::SUCCESS;

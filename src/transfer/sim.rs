@@ -21,7 +21,7 @@ use super::spray::Transfer;
 /// Bytes per chunk: one simulated buffer.
 pub(crate) const CHUNK: u64 = 4096;
 
-impl PlaneDevice<SimBuf> for Engine<SimBuf, Sim> {
+impl PlaneDevice<SimBuf, Sim> for Engine<SimBuf, Sim> {
     fn describe(&self, qp: QpId) -> Result<(u32, u32, u32), Error> {
         Ok((self.qp_num(qp)?, 0, 1024))
     }
@@ -40,7 +40,7 @@ impl PlaneDevice<SimBuf> for Engine<SimBuf, Sim> {
         &mut self,
         qp: QpId,
         _: Deadline,
-        mut on_done: impl FnMut(CompletionRef<'_, SimBuf>),
+        mut on_done: impl FnMut(CompletionRef<'_, SimBuf, Sim>),
     ) -> Result<(), Error> {
         // The simulated device flushes at once: a few polls take it all.
         let mut polls = 0;
@@ -91,16 +91,18 @@ impl PeerControl for Peer {
 /// paths each, `depth` in flight per path; failed paths are probed at
 /// the next step.
 pub(crate) fn bed(planes: usize, qps: usize, chunks: usize, depth: u32) -> Transfer<SimBuf, Sim> {
-    bed_with(planes, qps, chunks, depth, |_, _, _| {}).unwrap()
+    bed_with(planes, qps, chunks, depth, 4096, |_, _, _| {}).unwrap()
 }
 
-/// [`bed`], with `prepare` called on every path's engine and queue pair,
+/// [`bed`] on engines whose completion queues hold `cqe` completions,
+/// with `prepare` called on every path's engine and queue pair,
 /// connected, before the transfer is made (which may refuse them).
 pub(crate) fn bed_with(
     planes: usize,
     qps: usize,
     chunks: usize,
     depth: u32,
+    cqe: u32,
     mut prepare: impl FnMut(usize, &mut Engine<SimBuf, Sim>, QpId),
 ) -> Result<Transfer<SimBuf, Sim>, Error> {
     model::reset();
@@ -122,7 +124,7 @@ pub(crate) fn bed_with(
     let mut built = Vec::new();
     let mut paths = Vec::new();
     for p in 0..planes {
-        let mut engine = seam::engine(0x5eed + p as u64, 4096);
+        let mut engine = seam::engine(0x5eed + p as u64, cqe);
         for _ in 0..qps {
             let qp = seam::add_qp(&mut engine, config.qp.max_send_wr).unwrap();
             engine.mark_state(qp, QpState::RTS).unwrap();

@@ -6,7 +6,7 @@
 use alloc::vec::Vec;
 use std::time::{Duration, Instant};
 
-use crate::engine::{Engine, Provider, QpId, Verbs};
+use crate::engine::{Engine, Provider, QpId, Queue, Verbs};
 use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
 use crate::sgl::Local;
@@ -76,7 +76,7 @@ pub struct Transfer<B: NicBuf, P: Provider = Verbs> {
 
 impl<B: NicBuf, P: Provider> Transfer<B, P>
 where
-    Engine<B, P>: PlaneDevice<B>,
+    Engine<B, P>: PlaneDevice<B, P>,
 {
     /// A transfer over `paths`, each a queue pair of `planes[plane]`'s
     /// engine, already connected with
@@ -282,7 +282,14 @@ where
             Err(e) => {
                 plane.bufs[c] = e.request.into_bufs().next();
                 self.chunks.put_back(c);
-                path.fail(FailCause::PostRefused);
+                // The engine full (its completion queue's room, which its
+                // paths share, all in flight): the next poll makes room;
+                // no fault of this path's.
+                let full =
+                    e.error.kind() == ErrorKind::QueueFull && plane.engine.0.room(Queue::Send) == 0;
+                if !full {
+                    path.fail(FailCause::PostRefused);
+                }
                 false
             }
         }

@@ -7,11 +7,12 @@
 //!
 //! The one engine module allowed `unsafe`. A post is sound because, for as
 //! long as the device may use a request's memory:
-//! - an own-buffer request's buffers are in its ring slot, moved there by
-//!   the function that posted it ([`send`], [`recv`]), and a ring slot is
-//!   emptied only by a completion of its sequence number or a later one
-//!   (`ring.rs`, `poll.rs`) or after its queue pair was destroyed
-//!   successfully (`core.rs`);
+//! - an own-buffer request's buffers are in its entry of the engine's
+//!   table of requests in flight, moved there by the function that posted
+//!   it ([`send`], [`recv`]), and an entry is emptied only by a completion
+//!   of its sequence number or a later one on its queue (`flights.rs`,
+//!   `poll.rs`) or after its queue pair was destroyed successfully
+//!   (`core.rs`);
 //! - a prepared request's buffers stay in its table entry, which refuses
 //!   loans, copies and release while its latest post is in flight
 //!   (`prepared.rs`, `PreparedTable::idle`); a lane's copies of its
@@ -47,6 +48,7 @@ use crate::sgl::{Sgl, MAX_SGE};
 use crate::sys::{self, ibv_send_flags as F, ibv_wr_opcode as O, Zeroed};
 use crate::wr::SendOp;
 
+use super::flights::{Flights, NOT_PREPARED};
 use super::ring::Ring;
 use build::{check_atomic_result, send_wr};
 
@@ -70,18 +72,21 @@ pub(crate) struct OwnSend<'a, B> {
     pub(crate) inline: bool,
 }
 
-/// Posts one send on `qp` and moves its buffers into `ring`: [`send`]
-/// without a chain to count, clear and walk. The caller checked the room.
+/// Posts one send on `qp` and records it at the tail of `ring`, its
+/// buffers moved into `flights`: [`send`] without a chain to count, clear
+/// and walk. The caller checked the room (the queue's and the table's).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)] // one per part of the post; inlined into two callers
 pub(crate) fn send_one<B: NicBuf, P: Provider>(
     prov: &mut P,
     qp: &P::Qp,
     qp_index: u32,
-    ring: &mut Ring<B>,
+    flights: &mut Flights<B>,
+    ring: &mut Ring,
     max_sge: u32,
     s: OwnSend<'_, B>,
 ) -> Result<(), Error> {
-    let mut sges = [sys::ibv_sge::default(); MAX_SGE];
+    let mut sges = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SGE];
     let (num, total) = s.sgl.build(max_sge, &mut sges)?;
     check_atomic_result(s.op, total)?;
     let flags = send_flags(s.meta.signaled, s.fence, s.solicited, s.inline);
@@ -91,37 +96,38 @@ pub(crate) fn send_one<B: NicBuf, P: Provider>(
         flags,
     );
     wr.num_sge = num;
-    wr.sg_list = sges.as_mut_ptr();
-    // SAFETY: as in `send`: the entries were built just now from the
-    // request's list, which moves into its ring slot below.
+    wr.sg_list = sges.as_mut_ptr().cast();
+    // SAFETY: as in `send`: the first `num` entries (all the provider
+    // reads) were built just now from the request's list, which moves
+    // into its table entry below.
     unsafe { prov.post_send(qp, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
-    let slot = ring.push(s.meta.tag, s.meta.opcode);
-    s.sgl.move_into(&mut slot.sgl);
+    flights.push(ring, s.meta.tag, s.meta.opcode, s.sgl);
     Ok(())
 }
 
-/// Posts `sends` (a prefix of `Some`) as one chain on `qp` (one doorbell) and moves each posted
-/// request's buffers into `ring`, whose next sequence numbers their ids
-/// carry. Returns how many were posted, with the provider's refusal if it
-/// took fewer than all. The caller checked the ring's room for all of them.
+/// Posts `sends` (a prefix of `Some`) as one chain on `qp` (one doorbell)
+/// and records each posted request at the tail of `ring`, whose next
+/// sequence numbers their ids carry, its buffers moved into `flights`.
+/// Returns how many were posted, with the provider's refusal if it took
+/// fewer than all. The caller checked the room for all of them.
 pub(crate) fn send<B: NicBuf, P: Provider>(
     prov: &mut P,
     qp: &P::Qp,
     qp_index: u32,
-    ring: &mut Ring<B>,
+    flights: &mut Flights<B>,
+    ring: &mut Ring,
     max_sge: u32,
     sends: &mut [Option<OwnSend<'_, B>>],
 ) -> (usize, Result<(), Error>) {
     const CHAIN: usize = super::config::MAX_CHAIN;
     let n = sends.iter().take_while(|s| s.is_some()).count().min(CHAIN);
     let mut wrs = [const { MaybeUninit::<sys::ibv_send_wr>::uninit() }; CHAIN];
-    // Each request's entries are zeroed when it is built: a single post
-    // does not clear the whole chain's.
-    let mut sges = [const { MaybeUninit::<[sys::ibv_sge; MAX_SGE]>::uninit() }; CHAIN];
+    // Each request's entries, the first `num_sge` of them built.
+    let mut sges = [const { [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SGE] }; CHAIN];
     let first = ring.next_seq();
     for i in 0..n {
         let Some(s) = &sends[i] else { break };
-        let entries = sges[i].write([sys::ibv_sge::default(); MAX_SGE]);
+        let entries = &mut sges[i];
         let built = s
             .sgl
             .build(max_sge, entries)
@@ -137,37 +143,39 @@ pub(crate) fn send<B: NicBuf, P: Provider>(
             flags,
         );
         wr.num_sge = num;
-        wr.sg_list = entries.as_mut_ptr();
+        wr.sg_list = entries.as_mut_ptr().cast();
         wrs[i].write(wr);
     }
     // SAFETY: the first `n` entries were written in the loop above.
     let chain =
         unsafe { core::slice::from_raw_parts_mut(wrs.as_mut_ptr().cast::<sys::ibv_send_wr>(), n) };
-    // SAFETY: each request's entries were built just now from its own list
-    // (`Sgl::build`: buffers registered, ranges inside them), and every
-    // posted request's list moves into its ring slot below, before anyone
-    // can reach it again; a slot is emptied only on its completion (module
-    // docs). The entries live on this frame for the call.
+    // SAFETY: each request's first `num_sge` entries (all the provider
+    // reads) were built just now from its own list (`Sgl::build`: buffers
+    // registered, ranges inside them), and every
+    // posted request's list moves into its table entry below, before
+    // anyone can reach it again; an entry is emptied only on its completion
+    // (module docs). The entries live on this frame for the call.
     let result = unsafe { prov.post_send(qp, chain) };
     let posted = match &result {
         Ok(()) => n,
         Err(f) => f.posted.min(n),
     };
     for s in sends.iter_mut().take(posted).flatten() {
-        let slot = ring.push(s.meta.tag, s.meta.opcode);
-        s.sgl.move_into(&mut slot.sgl);
+        flights.push(ring, s.meta.tag, s.meta.opcode, s.sgl);
     }
     (posted, result.map_err(|f| f.error))
 }
 
 /// Posts a send whose `data` the provider copies into the work request
 /// (`IBV_SEND_INLINE`): nothing stays with the queue. The caller checked
-/// the ring's room and the granted inline size.
+/// the room and the granted inline size.
+#[allow(clippy::too_many_arguments)] // one per part of the post; one caller
 pub(crate) fn send_inline<B, P: Provider>(
     prov: &mut P,
     qp: &P::Qp,
     qp_index: u32,
-    ring: &mut Ring<B>,
+    flights: &mut Flights<B>,
+    ring: &mut Ring,
     op: &SendOp,
     data: &[u8],
     meta: SendMeta,
@@ -188,34 +196,36 @@ pub(crate) fn send_inline<B, P: Provider>(
     // SAFETY: with IBV_SEND_INLINE the provider copies `data` into the work
     // queue during the call; `data` and `sge` outlive it.
     unsafe { prov.post_send(qp, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
-    ring.push(meta.tag, meta.opcode);
+    flights.push_bare(ring, meta.tag, meta.opcode, NOT_PREPARED, 0);
     Ok(())
 }
 
-/// Posts receives on `qp`, moving each posted one's buffers into `ring`.
-/// The caller checked the ring's room.
+/// Posts a receive on `qp` and records it at the tail of `ring`, its
+/// buffers moved into `flights`. The caller checked the room.
+#[allow(clippy::too_many_arguments)] // one per part of the post; two callers
 pub(crate) fn recv<B: NicBuf, P: Provider>(
     prov: &mut P,
     qp: &P::Qp,
     qp_index: u32,
-    ring: &mut Ring<B>,
+    flights: &mut Flights<B>,
+    ring: &mut Ring,
     max_sge: u32,
     sgl: &mut Sgl<B>,
     tag: u64,
 ) -> Result<(), Error> {
-    let mut sges = [sys::ibv_sge::default(); MAX_SGE];
+    let mut sges = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SGE];
     let (num, _) = sgl.build(max_sge, &mut sges)?;
     let mut wr = sys::ibv_recv_wr {
         wr_id: super::id::ring(true, qp_index, ring.next_seq()),
         next: core::ptr::null_mut(),
-        sg_list: sges.as_mut_ptr(),
+        sg_list: sges.as_mut_ptr().cast(),
         num_sge: num,
     };
-    // SAFETY: the entries were built just now from `sgl`, which moves into
-    // the ring slot below; a slot is emptied only on its completion.
+    // SAFETY: the first `num` entries (all the provider reads) were built
+    // just now from `sgl`, which moves into its table entry below; an
+    // entry is emptied only on its completion.
     unsafe { prov.post_recv(qp, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
-    let slot = ring.push(tag, sys::ibv_wc_opcode::RECV);
-    sgl.move_into(&mut slot.sgl);
+    flights.push(ring, tag, sys::ibv_wc_opcode::RECV, sgl);
     Ok(())
 }
 
@@ -229,15 +239,16 @@ pub(crate) fn srq_recv<B: NicBuf, P: Provider>(
     wr_id: u64,
     slot: &mut Sgl<B>,
 ) -> Result<(), Error> {
-    let mut sges = [sys::ibv_sge::default(); MAX_SGE];
+    let mut sges = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SGE];
     let (num, _) = sgl.build(max_sge, &mut sges)?;
     let mut wr = sys::ibv_recv_wr {
         wr_id,
         next: core::ptr::null_mut(),
-        sg_list: sges.as_mut_ptr(),
+        sg_list: sges.as_mut_ptr().cast(),
         num_sge: num,
     };
-    // SAFETY: the entries were built just now from `sgl`, which moves into
+    // SAFETY: the first `num` entries (all the provider reads) were built
+    // just now from `sgl`, which moves into
     // the receive's slot below; the slot is emptied only on its completion
     // (srq.rs) or after the queue's successful destroy.
     unsafe { prov.post_srq_recv(srq, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;

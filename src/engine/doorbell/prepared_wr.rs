@@ -1,6 +1,7 @@
 //! A prepared request's work requests and entries, kept for posting again.
 
 use alloc::boxed::Box;
+use core::mem::MaybeUninit;
 use core::ptr::NonNull;
 
 use crate::error::{site, Error};
@@ -51,24 +52,21 @@ impl PreparedWr {
         max_sge: u32,
         flags: F,
     ) -> Result<PreparedWr, Error> {
-        let mut sges = [sys::ibv_sge::default(); MAX_SGE];
-        let (num, total) = sgl.build(max_sge, &mut sges)?;
+        let (sges, (num, total)) = built(sgl, max_sge)?;
         check_atomic_result(op, total)?;
         Ok(PreparedWr::with(sges, send_wr(op, 0, flags), num, 0))
     }
 
     /// The work request of a receive into `sgl`.
     pub(crate) fn recv<B: NicBuf>(sgl: &Sgl<B>, max_sge: u32) -> Result<PreparedWr, Error> {
-        let mut sges = [sys::ibv_sge::default(); MAX_SGE];
-        let (num, _) = sgl.build(max_sge, &mut sges)?;
+        let (sges, (num, _)) = built(sgl, max_sge)?;
         Ok(PreparedWr::with(sges, sys::ibv_send_wr::zeroed(), 0, num))
     }
 
     /// Rebuilds the entries from `sgl` (after a loan that may have swapped
     /// a buffer); the list must still have the same shape.
     pub(crate) fn rebuild<B: NicBuf>(&mut self, sgl: &Sgl<B>, max_sge: u32) -> Result<(), Error> {
-        let mut sges = [sys::ibv_sge::default(); MAX_SGE];
-        let (num, _) = sgl.build(max_sge, &mut sges)?;
+        let (sges, (num, _)) = built(sgl, max_sge)?;
         if num != self.send.num_sge.max(self.recv.num_sge) {
             return Err(Error::invalid(site!(
                 "post_prepared",
@@ -85,6 +83,18 @@ impl PreparedWr {
     pub(crate) fn flags(&self) -> F {
         self.send.send_flags.without(F::SIGNALED)
     }
+}
+
+/// `sgl`'s entries built into a block a prepared request keeps (the ones
+/// past its count zeroed), and what `Sgl::build` returns.
+fn built<B: NicBuf>(
+    sgl: &Sgl<B>,
+    max_sge: u32,
+) -> Result<([sys::ibv_sge; MAX_SGE], (i32, u64)), Error> {
+    let mut sges = [MaybeUninit::new(sys::ibv_sge::default()); MAX_SGE];
+    let counts = sgl.build(max_sge, &mut sges)?;
+    // SAFETY: every entry was initialized: zeroed above, some built since.
+    Ok((sges.map(|e| unsafe { e.assume_init() }), counts))
 }
 
 impl Drop for PreparedWr {

@@ -37,14 +37,18 @@ impl SimBuf {
 }
 
 impl Drop for SimBuf {
+    /// The model's bookkeeping, not the engine's: its allocations are not
+    /// the data path's (the engine drops a buffer a callback left).
     fn drop(&mut self) {
-        if busy(self.id) {
-            super::model::violation(alloc::format!(
-                "buffer {} freed while the device may still use it",
-                self.id
-            ));
-        }
-        super::model::note_dropped(self.id);
+        super::alloc_count::uncounted(|| {
+            if busy(self.id) {
+                super::model::violation(alloc::format!(
+                    "buffer {} freed while the device may still use it",
+                    self.id
+                ));
+            }
+            super::model::note_dropped(self.id);
+        })
     }
 }
 
@@ -91,12 +95,21 @@ pub(crate) struct SimQp {
     pub(crate) streak: u64,
 }
 
+/// `vendor_err` of a CQ entry no request of a live queue pair owns: forged
+/// or replayed by a hostile device, or left by a destroyed queue pair.
+pub(crate) const NOT_OWED: u32 = 0xF0F0_F0F0;
+
 /// The simulated device: queue pairs, the shared receive queue, one CQ.
 pub(crate) struct SimDevice {
     pub(crate) qps: Vec<SimQp>,
     pub(crate) srq: Vec<Held>,
     pub(crate) srq_depth: usize,
     pub(crate) cq: VecDeque<sys::ibv_wc>,
+    /// What the CQ holds: an entry beyond it would overflow it (a real
+    /// CQ overflowed is dead), which the engine's room must prevent.
+    pub(crate) cq_depth: usize,
+    /// Entries in the CQ that live requests owe (not `NOT_OWED`).
+    pub(crate) owed: usize,
     pub(crate) rng: Rng,
     /// Refuse a post (per chain entry) with this probability in 1/1000.
     pub(crate) refuse_permille: u32,
@@ -132,6 +145,8 @@ impl SimDevice {
             srq: Vec::new(),
             srq_depth: 0,
             cq: VecDeque::new(),
+            cq_depth: usize::MAX,
+            owed: 0,
             rng: Rng::new(seed),
             refuse_permille: 0,
             fail_destroy_permille: 0,
@@ -176,6 +191,49 @@ impl SimDevice {
         wc.byte_len = 8;
         self.qps[qp].history.push(wc);
         self.cq.push_back(wc);
+        self.owed += 1;
+        if self.owed > self.cq_depth {
+            super::model::violation(alloc::format!(
+                "the completion queue of {} entries overflowed: the engine let more requests in flight than it holds",
+                self.cq_depth
+            ));
+        }
+    }
+
+    /// The next CQ entry, if any.
+    pub(crate) fn pop_wc(&mut self) -> Option<sys::ibv_wc> {
+        let wc = self.cq.pop_front()?;
+        if wc.vendor_err != NOT_OWED {
+            self.owed -= 1;
+        }
+        Some(wc)
+    }
+
+    /// Queues an entry no live request owes (forged, replayed).
+    pub(crate) fn push_not_owed(&mut self, mut wc: sys::ibv_wc, front: bool) {
+        wc.vendor_err = NOT_OWED;
+        if front {
+            self.cq.push_front(wc);
+        } else {
+            self.cq.push_back(wc);
+        }
+    }
+
+    /// `qp`'s entries still queued are owed by nothing once it is gone
+    /// (the engine counts its room back), or once a device cleans them.
+    fn disown(&mut self, qp: usize, drop_them: bool) {
+        let qp_num = self.qps[qp].qp_num;
+        let mut disowned = 0;
+        for wc in self.cq.iter_mut() {
+            if wc.qp_num == qp_num && wc.vendor_err != NOT_OWED {
+                wc.vendor_err = NOT_OWED;
+                disowned += 1;
+            }
+        }
+        self.owed -= disowned;
+        if drop_them {
+            self.cq.retain(|wc| wc.qp_num != qp_num);
+        }
     }
 
     /// Finishes the oldest `n` requests of queue `q` of queue pair `qp`
@@ -252,13 +310,16 @@ impl SimDevice {
         self.discard(qp);
         self.qps[qp].error = false;
         self.qps[qp].streak = 0;
-        if self.rng.chance(300) {
-            let qp_num = self.qps[qp].qp_num;
-            self.cq.retain(|wc| wc.qp_num != qp_num);
-        }
+        // The engine hands back what the queue pair held as flushed and
+        // counts its room back: its flushes still queued are owed by
+        // nothing now (some devices clean them off the CQ).
+        let clean = self.rng.chance(300);
+        self.disown(qp, clean);
         if self.hostile {
-            let replay = self.qps[qp].history.iter().rev().take(4).copied();
-            self.cq.extend(replay.collect::<Vec<_>>());
+            let replay: Vec<_> = self.qps[qp].history.iter().rev().take(4).copied().collect();
+            for wc in replay {
+                self.push_not_owed(wc, false);
+            }
         }
     }
 
@@ -278,6 +339,7 @@ impl SimDevice {
     /// completions already queued stay in the CQ (stale from now on).
     pub(crate) fn destroy(&mut self, qp: usize) {
         self.discard(qp);
+        self.disown(qp, false);
         self.qps[qp].destroyed = true;
         self.free_qp_nums.push(self.qps[qp].qp_num);
     }

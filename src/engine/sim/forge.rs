@@ -32,7 +32,7 @@ impl SimDevice {
                     .any(|d| d.iter().any(|h| h.wr_id == wc.wr_id))
         }) || self.srq.iter().any(|h| h.wr_id == wc.wr_id);
         if !names_held {
-            self.cq.push_front(wc);
+            self.push_not_owed(wc, true);
         }
     }
 

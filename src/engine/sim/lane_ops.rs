@@ -12,7 +12,8 @@ use crate::engine::qp_slot::QpId;
 use crate::sys::ibv_wc_status as WcStatus;
 
 use super::alloc_count::{counted, uncounted};
-use super::device::SimBuf;
+use super::callback_posts::lane_refuses;
+use super::device::{Sim, SimBuf};
 use super::model::{self, Home};
 use super::run::Run;
 
@@ -57,7 +58,9 @@ impl Run {
                     let take = rng.chance(500);
                     // Some callbacks panic: the lane must stay whole.
                     let panic = rng.chance(50);
-                    let on_other = |c: CompletionRef<'_, SimBuf>| {
+                    // Some try to post on the lane's queue pair.
+                    let probe = rng.chance(300);
+                    let on_other = |c: CompletionRef<'_, SimBuf, Sim>| {
                         // Moved in: what the callback leaves is dropped
                         // here, in the caller's code, not the engine's.
                         uncounted(|| {
@@ -65,6 +68,10 @@ impl Run {
                             if c.status() != WcStatus::SUCCESS {
                                 failed.extend(c.qp());
                             }
+                            assert!(
+                                !probe || lane_refuses(&mut c, own, seed, step),
+                                "seed {seed} step {step}: a lane's callback posted on the lane's queue pair"
+                            );
                             if take {
                                 if let Some(b) = c.take_buf() {
                                     model::check_handed_back(b.id, seed, step);

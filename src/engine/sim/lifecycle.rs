@@ -1,5 +1,6 @@
 //! Queue pairs coming and going: the engine's own reset (through the
-//! provider, as on a device), removal (whose destroy may fail), handles
+//! provider, as on a device), removal (whose destroy may fail; or that
+//! hands back what the queue pair held, its callback posting), handles
 //! used after their queue pair is gone, and the promise that no send queue
 //! wedges.
 
@@ -7,11 +8,13 @@ use alloc::vec::Vec;
 
 use crate::engine::completion::CompletionRef;
 use crate::engine::qp_slot::{QpId, QpState};
+use crate::error::Error;
 use crate::sgl::Local;
 use crate::sys::ibv_wc_status as WcStatus;
 use crate::wr::{SendOp, SendRequest};
 
-use super::device::SimBuf;
+use super::callback_posts::Targets;
+use super::device::{Sim, SimBuf};
 use super::model::{self, Home};
 use super::run::{buf, Run};
 
@@ -29,7 +32,7 @@ impl Run {
             polls = polls.saturating_sub(1);
             more
         };
-        let mut on_done = |mut c: CompletionRef<'_, SimBuf>| {
+        let mut on_done = |mut c: CompletionRef<'_, SimBuf, Sim>| {
             if c.status() != WcStatus::SUCCESS {
                 failed.extend(c.qp());
             }
@@ -74,11 +77,72 @@ impl Run {
     pub(super) fn remove(&mut self, qp: QpId) {
         self.qps.retain(|&(q, _)| q != qp);
         self.removed.push(qp);
-        if self.engine.remove_qp(qp).is_err() {
+        let removed = if self.rng.chance(500) {
+            self.remove_handing_back(qp)
+        } else {
+            self.engine.remove_qp(qp)
+        };
+        if removed.is_err() {
             // Leaked on purpose; the device keeps it (and may complete it).
             self.leaked.insert(Home::Qp(qp.index));
             self.report.leaked += 1;
         }
+    }
+
+    /// `remove_qp_with`, as the transfer removes a queue pair it could not
+    /// reset: once the destroy succeeded, every request it held comes back
+    /// flushed with its buffers. The callback posts as a server's would (a
+    /// reply on the queue pair being removed must be refused) and may
+    /// panic; either way the queue pair is gone after.
+    fn remove_handing_back(&mut self, qp: QpId) -> Result<(), Error> {
+        let (seed, step) = (self.seed, self.step);
+        let panic_at = self.rng.chance(200).then(|| self.rng.below(4));
+        let posts = self.posts_in_callbacks;
+        let mut seen = 0u64;
+        let mut wrong = Vec::new();
+        let Run {
+            engine,
+            rng,
+            qps,
+            removed,
+            sends,
+            recvs,
+            ..
+        } = self;
+        let targets = Targets {
+            qps,
+            removed,
+            sends,
+            recvs,
+            seed,
+            step,
+        };
+        let result = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+            engine.remove_qp_with(qp, |mut c| {
+                if (c.qp(), c.status(), c.signaled()) != (Some(qp), WcStatus::WR_FLUSH_ERR, true) {
+                    wrong.push((c.tag(), c.qp(), c.status()));
+                }
+                while rng.chance(posts) {
+                    targets.post_from(&mut c, rng);
+                }
+                if panic_at == Some(seen) {
+                    std::panic::resume_unwind(alloc::boxed::Box::new("a callback that panics"));
+                }
+                seen += 1;
+                if let Some(b) = c.take_buf() {
+                    model::check_handed_back(b.id, seed, step);
+                }
+            })
+        }));
+        assert!(
+            wrong.is_empty(),
+            "seed {seed} step {step}: {qp:?}'s removal handed back, not as its own flushes: {wrong:?}"
+        );
+        assert!(
+            self.engine.state(qp).is_err(),
+            "seed {seed} step {step}: {qp:?} still reachable after its removal"
+        );
+        result.unwrap_or(Ok(()))
     }
 
     /// A handle whose queue pair is gone (its slot maybe reused by a new

@@ -19,6 +19,7 @@
 mod alloc_count;
 #[cfg(test)]
 mod binds;
+mod callback_posts;
 pub(crate) mod device;
 mod drain;
 mod forge;
@@ -29,6 +30,7 @@ mod lifecycle;
 #[cfg(test)]
 mod limits;
 pub(crate) mod model;
+mod plain_window;
 mod plan;
 mod polling;
 mod prepared_ops;

@@ -35,10 +35,24 @@ pub(crate) fn run(plan: Plan) -> Report {
         dev.srq_depth = 1 + rng.below(16) as usize;
         SrqSlots::new((), dev.srq_depth as u32, 4)
     });
-    // Some callers leave almost everything unsignaled, some poll rarely.
+    // Most completion queues hold everything the queue pairs can have in
+    // flight; some hold far less, and the engine's room decides.
+    dev.cq_depth = if rng.chance(300) {
+        dev.srq_depth + 2 + rng.below(40) as usize
+    } else {
+        256
+    };
+    // Some callers leave almost everything unsignaled, some poll rarely,
+    // some post from their poll's callback.
     let unsignaled_permille = if rng.chance(250) { 900 } else { 300 };
     let lazy_poll = rng.chance(300);
-    let engine = Engine::assemble(Sim { dev }, (), 256, None, srq, false);
+    let posts_in_callbacks = if rng.chance(400) {
+        200 + rng.below(600)
+    } else {
+        0
+    };
+    let cq_depth = dev.cq_depth as u32;
+    let engine = Engine::assemble(Sim { dev }, (), cq_depth, None, srq, false);
     let mut run = Run {
         seed: plan.seed,
         step: 0,
@@ -51,6 +65,7 @@ pub(crate) fn run(plan: Plan) -> Report {
         removed: Vec::new(),
         unsignaled_permille,
         lazy_poll,
+        posts_in_callbacks,
         report: Report::default(),
     };
     for _ in 0..1 + run.rng.below(4) {

@@ -10,7 +10,8 @@ use crate::engine::qp_slot::{QpId, QpState};
 use crate::sys::ibv_wc_status as WcStatus;
 
 use super::alloc_count::{counted, uncounted};
-use super::device::SimBuf;
+use super::callback_posts::Targets;
+use super::device::{Sim, SimBuf};
 use super::model;
 use super::run::Run;
 
@@ -24,13 +25,35 @@ impl Run {
         let queue = self.rng.chance(200).then_some(Queue::Send);
         let panic_at = self.rng.chance(20).then(|| self.rng.below(3));
         let mode = self.rng.below(3);
+        let posts = self.posts_in_callbacks;
         let mut seen = 0u64;
         let mut handed = 0u64;
         let mut failed: Vec<QpId> = Vec::new();
-        let mut callback = |mut c: CompletionRef<'_, SimBuf>| {
+        let Run {
+            engine,
+            rng,
+            qps,
+            removed,
+            sends,
+            recvs,
+            ..
+        } = self;
+        let targets = Targets {
+            qps,
+            removed,
+            sends,
+            recvs,
+            seed,
+            step,
+        };
+        let mut callback = |mut c: CompletionRef<'_, SimBuf, Sim>| {
             uncounted(|| {
                 if c.status() != WcStatus::SUCCESS {
                     failed.extend(c.qp());
+                }
+                // A server replies, and posts its receives again, from here.
+                while rng.chance(posts) {
+                    targets.post_from(&mut c, rng);
                 }
                 if panic_at == Some(seen) {
                     // Unwinds without the panic hook's message.
@@ -58,7 +81,6 @@ impl Run {
                 }
             })
         };
-        let engine = &mut self.engine;
         let result = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
             counted(|| match queue {
                 Some(q) => engine.poll_queue(q, &mut callback),

@@ -148,7 +148,7 @@ impl Provider for Sim {
     ) -> Result<&'a [sys::ibv_wc], Error> {
         let mut n = 0;
         while n < out.len() {
-            let Some(wc) = self.dev.cq.pop_front() else {
+            let Some(wc) = self.dev.pop_wc() else {
                 break;
             };
             out[n].write(wc);

@@ -58,9 +58,48 @@ pub(super) struct Run {
     /// A caller that polls rarely: stale completions wait in the CQ
     /// while new queue pairs post.
     pub(super) lazy_poll: bool,
+    /// How often a poll's callback posts (again), in 1/1000.
+    pub(super) posts_in_callbacks: u64,
     pub(super) report: Report,
 }
 
+/// Any of the data operations.
+fn any_op(rng: &mut Rng) -> SendOp {
+    let remote = RemoteSlice::unchecked(0, 1 << 20, 1);
+    match rng.below(4) {
+        0 => SendOp::Send,
+        1 => SendOp::Read(remote),
+        2 => SendOp::WriteImm(remote, 5),
+        _ => SendOp::Write(remote),
+    }
+}
+
+/// A request of 1 to 5 buffers (more than a queue pair's grant, at
+/// times) tagged `tag`, and its buffers' ids.
+pub(super) fn any_request(
+    rng: &mut Rng,
+    tag: u64,
+    unsignaled: bool,
+) -> (SendRequest<SimBuf>, Vec<u64>) {
+    let op = any_op(rng);
+    let first = buf();
+    let mut ids = alloc::vec![first.id];
+    let mut req = SendRequest::new(op, Local::whole(first)).tag(tag);
+    for _ in 0..rng.below(5) {
+        let b = buf();
+        ids.push(b.id);
+        req = match req.sge(Local::whole(b)) {
+            Ok(r) => r,
+            Err((r, _)) => r,
+        };
+    }
+    if unsignaled {
+        req = req.unsignaled();
+    }
+    (req, ids)
+}
+
+/// A new buffer of the simulation.
 pub(super) fn buf() -> SimBuf {
     SimBuf {
         id: model::new_id(),
@@ -102,13 +141,7 @@ impl Run {
     }
 
     fn op(&mut self) -> SendOp {
-        let remote = RemoteSlice::unchecked(0, 1 << 20, 1);
-        match self.rng.below(4) {
-            0 => SendOp::Send,
-            1 => SendOp::Read(remote),
-            2 => SendOp::WriteImm(remote, 5),
-            _ => SendOp::Write(remote),
-        }
+        any_op(&mut self.rng)
     }
 
     /// A request of 1 to 5 buffers (more than a queue pair's grant, at times).
@@ -118,22 +151,7 @@ impl Run {
     }
 
     fn request_as(&mut self, unsignaled: bool) -> (SendRequest<SimBuf>, Vec<u64>) {
-        let op = self.op();
-        let first = buf();
-        let mut ids = alloc::vec![first.id];
-        let mut req = SendRequest::new(op, Local::whole(first)).tag(self.step);
-        for _ in 0..self.rng.below(5) {
-            let b = buf();
-            ids.push(b.id);
-            req = match req.sge(Local::whole(b)) {
-                Ok(r) => r,
-                Err((r, _)) => r,
-            };
-        }
-        if unsignaled {
-            req = req.unsignaled();
-        }
-        (req, ids)
+        any_request(&mut self.rng, self.step, unsignaled)
     }
 
     pub(super) fn posted(ids: &[u64], home: Home) {

@@ -53,11 +53,17 @@ impl Parts {
                 ..ArenaConfig::default()
             },
         )?;
+        // Twice what can be in flight, where the device allows: an engine
+        // signals every send once half its completion queue's room is
+        // taken, which the posted receives alone would do at once, and
+        // every acknowledgement would wake the stream again.
+        let most = pd.context().query_device()?.max_cqe();
+        let cq_depth = (2 * (recvs + sends)).min(most.max(recvs + sends));
         let mut engine = Engine::new(
             pd,
             &EngineConfig {
                 events: true,
-                cq_depth: Some(recvs + sends),
+                cq_depth: Some(cq_depth),
                 ..EngineConfig::default()
             },
         )?;
