@@ -79,3 +79,38 @@ fn every_skip_names_a_test_of_a_binary_run_and_says_why() {
         }
     }
 }
+
+/// Every device test binary is either run on siw0 or in the table of those
+/// that are not, with why (a new binary is not left out unnoticed).
+#[test]
+fn every_device_test_binary_is_run_on_siw_or_says_why_not() {
+    let start = README
+        .find("The device test binaries not run on siw0:")
+        .expect("the table of binaries not run");
+    let table = &README[start..];
+    let table = &table[..table.find("\n## ").unwrap_or(table.len())];
+    let mut not_run = Vec::new();
+    for row in table.lines().filter(|l| l.starts_with("| `rdma_")) {
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert!(cells.len() == 4 && cells[2].len() > 10, "{row}: say why");
+        not_run.extend(cells[1].split(',').map(|b| b.trim().trim_matches('`')));
+    }
+    let run = binaries();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        let bin = name.strip_suffix(".rs").unwrap_or(&name);
+        if !bin.starts_with("rdma_") {
+            continue;
+        }
+        seen += 1;
+        let listed = run.iter().any(|b| b == bin) as u8 + not_run.contains(&bin) as u8;
+        assert_eq!(listed, 1, "{bin}: run on siw0, or not with why; once");
+    }
+    assert_eq!(
+        seen,
+        run.len() + not_run.len(),
+        "a listed binary that is not a test"
+    );
+}
