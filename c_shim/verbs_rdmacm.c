@@ -27,4 +27,6 @@ VERBS_CHECK(rdma_disconnect);
 VERBS_CHECK(rdma_migrate_id);
 VERBS_CHECK(rdma_get_cm_event);
 VERBS_CHECK(rdma_ack_cm_event);
+VERBS_CHECK(rdma_get_devices);
+VERBS_CHECK(rdma_free_devices);
 VERBS_CHECK(rdma_event_str);

@@ -31,6 +31,8 @@ VERBS_DIRECT(int, rdma_disconnect, (struct rdma_cm_id *id));
 VERBS_DIRECT(int, rdma_migrate_id, (struct rdma_cm_id *id, struct rdma_event_channel *channel));
 VERBS_DIRECT(int, rdma_get_cm_event, (struct rdma_event_channel *channel, struct rdma_cm_event **event));
 VERBS_DIRECT(int, rdma_ack_cm_event, (struct rdma_cm_event *event));
+VERBS_DIRECT(struct ibv_context **, rdma_get_devices, (int *num_devices));
+VERBS_DIRECT(void, rdma_free_devices, (struct ibv_context **list));
 VERBS_DIRECT(const char *, rdma_event_str, (enum rdma_cm_event_type event));
 
 #endif

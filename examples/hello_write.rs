@@ -282,7 +282,7 @@ fn serve_ours(
     qp.connect(&peer)?;
     // Printed before the reply: once the client has our rkey it may write.
     println!("[server] before:  '{}'", text(mr));
-    let mut local = qp.endpoint();
+    let mut local = qp.endpoint()?;
     local
         .regions
         .push(mr.remote().expect("remote access was granted"));
@@ -305,7 +305,7 @@ fn serve_tutorial(
     println!("[server] before:  '{}'", text(mr));
     let mut qp = new_qp(opts, pd, Access::REMOTE_WRITE | Access::REMOTE_READ)?;
     qp.set_psn(0)?;
-    let mut local = qp.endpoint();
+    let mut local = qp.endpoint()?;
     local
         .regions
         .push(mr.remote().expect("remote access was granted"));
@@ -360,7 +360,7 @@ fn client(opts: &Options, host: &str) -> Result<(), BoxError> {
     let (mut session, peer) = if opts.tutorial {
         let mut session: Session = exchange::connect((host, opts.port), deadline)?;
         qp.set_psn(0)?;
-        let mut local = qp.endpoint();
+        let mut local = qp.endpoint()?;
         local.regions.push(RemoteRegion {
             addr: mr.addr(),
             len: BUF_SIZE as u64,
@@ -374,7 +374,7 @@ fn client(opts: &Options, host: &str) -> Result<(), BoxError> {
     } else {
         exchange::connect_and_exchange(
             (host, opts.port),
-            &qp.endpoint(),
+            &qp.endpoint()?,
             opts.token.as_ref(),
             deadline,
         )?

@@ -14,6 +14,20 @@ use crate::sys::ibv_link_layer as LinkLayer;
 /// Largest queue pair number: QPNs are 24-bit on the wire (BTH `DestQP`).
 pub const MAX_QPN: u32 = 0x00FF_FFFF;
 
+/// Smallest QPN a peer may have: 0 and 1 are the special SMI and GSI
+/// queue pairs, which no reliable-connected queue pair is.
+pub const MIN_PEER_QPN: u32 = 2;
+
+/// Largest QPN a peer may have: `0xFFFFFF` addresses a multicast group,
+/// which no reliable-connected queue pair is.
+pub const MAX_PEER_QPN: u32 = 0x00FF_FFFE;
+
+/// Whether a peer's queue pair can have `qpn`:
+/// [`MIN_PEER_QPN`]`..=`[`MAX_PEER_QPN`].
+pub const fn is_peer_qpn(qpn: u32) -> bool {
+    qpn >= MIN_PEER_QPN && qpn <= MAX_PEER_QPN
+}
+
 /// Largest packet sequence number: PSNs are 24-bit on the wire (BTH `PSN`).
 pub const MAX_PSN: u32 = 0x00FF_FFFF;
 
@@ -138,6 +152,54 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// The endpoint of a peer that sent the four values C programs
+    /// exchange (the primer's `conn_info`, rdma-core's examples): its
+    /// queue pair number, first PSN, LID and GID, sharing no memory (push
+    /// the regions it told you about onto `regions`).
+    ///
+    /// Refused: a QPN no reliable-connected queue pair can have (0 and 1
+    /// are the special SMI and GSI queue pairs, `0xFFFFFF` is multicast,
+    /// anything wider than 24 bits), and a PSN wider than 24 bits; the
+    /// same rules a server applies to a hello (`verbs::exchange`).
+    ///
+    /// # MTU
+    ///
+    /// `mtu` is set to [`Mtu::MTU_4096`], the largest, because C peers do
+    /// not send theirs: [`crate::Engine::connect`] uses the smaller of
+    /// the peer's `mtu` and this side's port's active MTU (and
+    /// [`crate::QpConfig::max_mtu`]), so the path MTU becomes this port's.
+    /// Both sides of a connection must agree on it: if the C peer
+    /// hard-codes one (the primer uses `IBV_MTU_1024`), set `mtu` to it
+    /// (`Endpoint { mtu: Mtu::MTU_1024, ..Endpoint::new(..)? }`).
+    ///
+    /// ```
+    /// use verbs::{Endpoint, Gid, Mtu};
+    /// // What a C peer printed or sent: qpn 0x11, psn 0, lid 0, its GID.
+    /// let gid = Gid::from_ipv4([10, 0, 0, 2]);
+    /// let peer = Endpoint { mtu: Mtu::MTU_1024, ..Endpoint::new(0x11, 0, 0, gid)? };
+    /// assert!(Endpoint::new(1, 0, 0, gid).is_err()); // the GSI queue pair
+    /// # Ok::<(), verbs::endpoint::EndpointError>(())
+    /// ```
+    pub fn new(qpn: u32, psn: u32, lid: u16, gid: Gid) -> Result<Endpoint, EndpointError> {
+        if qpn > MAX_QPN {
+            return Err(EndpointError::QpnTooWide(qpn));
+        }
+        if !is_peer_qpn(qpn) {
+            return Err(EndpointError::ReservedQpn(qpn));
+        }
+        if psn > MAX_PSN {
+            return Err(EndpointError::PsnTooWide(psn));
+        }
+        Ok(Endpoint {
+            qpn,
+            psn,
+            lid,
+            gid,
+            mtu: Mtu::MTU_4096,
+            regions: Vec::new(),
+        })
+    }
+
     /// Checks what the wire format and `modify_qp` rely on: QPN and PSN
     /// fit 24 bits, the MTU code is known, at most [`MAX_REGIONS`] regions
     /// and no region whose `addr + len` overflows. Encoding refuses, and
@@ -199,6 +261,9 @@ impl Endpoint {
 pub enum EndpointError {
     /// The QPN does not fit 24 bits.
     QpnTooWide(u32),
+    /// The QPN (carried) is one no reliable-connected queue pair has:
+    /// 0 (SMI), 1 (GSI) or `0xFFFFFF` (multicast).
+    ReservedQpn(u32),
     /// The PSN does not fit 24 bits.
     PsnTooWide(u32),
     /// The MTU code is not one of `enum ibv_mtu`'s.
@@ -225,6 +290,9 @@ impl EndpointError {
     pub const fn reason(&self) -> &'static str {
         match self {
             EndpointError::QpnTooWide(_) => "qpn wider than 24 bits (max 0xffffff)",
+            EndpointError::ReservedQpn(_) => {
+                "qpn reserved (0 is SMI, 1 is GSI, 0xffffff is multicast): no RC peer has it"
+            }
             EndpointError::PsnTooWide(_) => "psn wider than 24 bits (max 0xffffff)",
             EndpointError::UnknownMtu(_) => {
                 "unknown mtu code (expected 1..=5, IBV_MTU_256..IBV_MTU_4096)"
@@ -247,6 +315,11 @@ impl fmt::Display for EndpointError {
             EndpointError::QpnTooWide(v) => {
                 write!(f, "qpn {v:#x} wider than 24 bits (max {MAX_QPN:#x})")
             }
+            EndpointError::ReservedQpn(v) => write!(
+                f,
+                "qpn {v:#x} is reserved (0 is SMI, 1 is GSI, 0xffffff is multicast): \
+                 no reliable-connected peer has it"
+            ),
             EndpointError::PsnTooWide(v) => {
                 write!(f, "psn {v:#x} wider than 24 bits (max {MAX_PSN:#x})")
             }
@@ -278,132 +351,4 @@ impl fmt::Display for EndpointError {
 impl std::error::Error for EndpointError {}
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use alloc::string::ToString;
-    use alloc::vec;
-
-    fn ep() -> Endpoint {
-        Endpoint {
-            qpn: 0x11,
-            psn: 0x22,
-            lid: 3,
-            gid: Gid::from_ipv4([10, 0, 0, 1]),
-            mtu: Mtu::MTU_1024,
-            regions: vec![RemoteRegion {
-                addr: 0x1000,
-                len: 0x100,
-                rkey: 7,
-            }],
-        }
-    }
-
-    #[test]
-    fn mtu() {
-        assert_eq!(Mtu::MTU_256.bytes(), Some(256));
-        assert_eq!(Mtu::MTU_4096.bytes(), Some(4096));
-        assert_eq!(Mtu(0).bytes(), None);
-        assert_eq!(Mtu(6).bytes(), None);
-        assert_eq!(Mtu(u32::MAX).bytes(), None);
-        for code in 1..=5 {
-            assert_eq!(Mtu::from_bytes(Mtu(code).bytes().unwrap()), Some(Mtu(code)));
-        }
-        assert_eq!(Mtu::from_bytes(1500), None);
-        assert_eq!(Mtu::MTU_1024.to_string(), "1024");
-        assert_eq!(Mtu(7).to_string(), "unknown(7)");
-    }
-
-    #[test]
-    fn contains() {
-        let r = RemoteRegion {
-            addr: 100,
-            len: 50,
-            rkey: 1,
-        };
-        assert!(r.contains(100, 50));
-        assert!(r.contains(149, 1));
-        assert!(r.contains(150, 0));
-        assert!(!r.contains(150, 1));
-        assert!(!r.contains(99, 1));
-        assert!(!r.contains(120, u64::MAX));
-        let top = RemoteRegion {
-            addr: u64::MAX - 9,
-            len: 9,
-            rkey: 1,
-        };
-        assert!(top.contains(u64::MAX - 1, 1));
-        assert!(!top.contains(u64::MAX, 1));
-        let bad = RemoteRegion {
-            addr: u64::MAX,
-            len: 1,
-            rkey: 1,
-        };
-        assert!(!bad.contains(u64::MAX, 0));
-        assert_eq!(ep().region_for(0x1010, 0x10).map(|r| r.rkey), Some(7));
-        assert_eq!(ep().region_for(0x10f0, 0x20), None);
-    }
-
-    #[test]
-    fn validate() {
-        assert_eq!(ep().validate(), Ok(()));
-        let mut e = ep();
-        e.qpn = MAX_QPN + 1;
-        assert_eq!(e.validate(), Err(EndpointError::QpnTooWide(MAX_QPN + 1)));
-        let mut e = ep();
-        e.psn = u32::MAX;
-        assert_eq!(e.validate(), Err(EndpointError::PsnTooWide(u32::MAX)));
-        let mut e = ep();
-        e.mtu = Mtu(0);
-        assert_eq!(e.validate(), Err(EndpointError::UnknownMtu(Mtu(0))));
-        let mut e = ep();
-        e.regions = vec![e.regions[0]; MAX_REGIONS + 1];
-        assert_eq!(
-            e.validate(),
-            Err(EndpointError::TooManyRegions(MAX_REGIONS + 1))
-        );
-        let mut e = ep();
-        e.regions.push(RemoteRegion {
-            addr: u64::MAX,
-            len: 1,
-            rkey: 0,
-        });
-        assert_eq!(
-            e.validate(),
-            Err(EndpointError::RegionOverflow { index: 1 })
-        );
-        assert!(e.validate().unwrap_err().to_string().contains("region 1"));
-    }
-
-    #[test]
-    fn addressable_by_what_the_port_routes_on() {
-        let at = |lid: u16, gid: Gid| Endpoint { lid, gid, ..ep() };
-        let roce = Some(LinkLayer::ETHERNET);
-        let ib = Some(LinkLayer::INFINIBAND);
-        let v4 = Gid::from_ipv4([10, 0, 0, 2]);
-        assert_eq!(at(0, v4).check_addressable(roce), Ok(()));
-        assert_eq!(
-            at(7, Gid::ZERO).check_addressable(roce),
-            Err(EndpointError::ZeroGid)
-        );
-        // On InfiniBand a zero GID with a unicast LID is the usual case.
-        assert_eq!(at(7, Gid::ZERO).check_addressable(ib), Ok(()));
-        assert_eq!(at(MAX_UNICAST_LID, v4).check_addressable(ib), Ok(()));
-        for lid in [0, MAX_UNICAST_LID + 1, 0xFFFF] {
-            assert_eq!(
-                at(lid, v4).check_addressable(ib),
-                Err(EndpointError::NotUnicastLid(lid))
-            );
-        }
-        // A port not known, or of another kind: only what no port can address.
-        for port in [None, Some(LinkLayer::UNSPECIFIED)] {
-            assert_eq!(at(0, v4).check_addressable(port), Ok(()));
-            assert_eq!(at(7, Gid::ZERO).check_addressable(port), Ok(()));
-            assert_eq!(
-                at(0, Gid::ZERO).check_addressable(port),
-                Err(EndpointError::NoAddress)
-            );
-        }
-        let said = EndpointError::NotUnicastLid(0).to_string();
-        assert!(said.contains("lid 0x0 is not unicast"), "{said}");
-    }
-}
+mod tests;

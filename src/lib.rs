@@ -6,13 +6,15 @@
 //! `docs/ARCHITECTURE.md`): [`sys`] (the mirror of `verbs.h`), the raw
 //! layer of owned handles (internal), [`error`], [`memory`] (what the NIC
 //! and the CPU may touch), [`device`], [`pd`], work requests ([`wr`]), the
-//! completion [`engine`], the single [`qp`] front, `cm` (librdmacm, feature
-//! `cm`), and the out-of-band exchange ([`endpoint`], [`wire`], `exchange`).
+//! completion [`engine`], the single [`qp`] front, `cm` (librdmacm, cargo
+//! feature `rdmacm`: `cargo doc --features rdmacm` documents it, as docs.rs
+//! does), and the out-of-band exchange ([`endpoint`], [`wire`], `exchange`).
 //!
 //! `unsafe` is allowed only in `sys`, the raw layer, `memory`, the engine's
 //! doorbell and its test-only simulated provider (listed and checked by
 //! `tests/architecture.rs`).
 #![cfg_attr(not(feature = "std"), no_std)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 #![warn(
     missing_docs,
@@ -47,6 +49,7 @@ pub mod engine;
 pub mod qp;
 
 #[cfg(feature = "rdmacm")]
+#[cfg_attr(docsrs, doc(cfg(feature = "rdmacm")))]
 pub mod cm;
 #[cfg(feature = "std")]
 pub mod exchange;

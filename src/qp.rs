@@ -28,8 +28,8 @@ use crate::wr::{RecvRequest, SendOp, SendRequest};
 /// [`QueuePair::engine_mut`] (`remove_qp(qp.id())`, or the whole engine
 /// replaced), or leaked with a [`Lane`] that was `mem::forget`-ten. Every
 /// call that needs it then returns a `NotFound` error saying so; none
-/// panics but [`QueuePair::endpoint`] (see there), and [`QueuePair::id`]
-/// and [`QueuePair::qp_num`] keep naming the queue pair it was made with.
+/// panics, and [`QueuePair::id`] and [`QueuePair::qp_num`] keep naming
+/// the queue pair it was made with.
 /// `P` is where its work requests go: the device, unless the crate's own
 /// tests put a simulated one there.
 pub struct QueuePair<B, P: Provider = Verbs> {
@@ -73,20 +73,9 @@ impl<B: NicBuf> QueuePair<B> {
 
     /// This side's endpoint, to send to the peer: QPN, PSN, LID, GID, MTU,
     /// and no memory (add the regions you choose to share to `regions`).
-    ///
-    /// # Panics
-    ///
-    /// If this handle's queue pair is gone (see [`QueuePair`]): the one
-    /// accessor that panics rather than return an error, because it is
-    /// the first call of every program (the primer's section 3, before
-    /// anything could take the queue pair away) and is used as a value.
-    /// Code that lends [`QueuePair::engine_mut`] to others, or forgets
-    /// lanes, asks [`Engine::endpoint`] (`qp.engine().endpoint(qp.id())`),
-    /// which returns the error instead.
-    pub fn endpoint(&self) -> Endpoint {
-        self.engine
-            .endpoint(self.id)
-            .unwrap_or_else(|_| panic!("{}", gone()))
+    /// `NotFound` once this handle's queue pair is gone (see [`QueuePair`]).
+    pub fn endpoint(&self) -> Result<Endpoint, Error> {
+        self.engine.endpoint(self.id).map_err(|_| gone())
     }
 
     /// Connects to `peer` with default transport options: INIT -> RTR -> RTS.
@@ -175,6 +164,33 @@ impl<B: NicBuf, P: Provider> QueuePair<B, P> {
     pub(crate) fn from_parts(engine: Engine<B, P>, id: QpId) -> Result<QueuePair<B, P>, Error> {
         let qp_num = engine.qp_num(id)?;
         Ok(QueuePair { engine, id, qp_num })
+    }
+
+    /// The front of an engine that holds exactly the queue pair `qp`: for
+    /// one made on an engine of the caller's configuration some other
+    /// way, such as connected through rdma_cm (`CmRequest::place`, then
+    /// `Engine::cm_accept`). Refused, with the engine handed back, when
+    /// the engine holds another queue pair or not `qp`.
+    #[allow(clippy::result_large_err)] // the engine comes back unboxed
+    pub fn from_engine(
+        engine: Engine<B, P>,
+        qp: QpId,
+    ) -> Result<QueuePair<B, P>, (Error, Engine<B, P>)> {
+        let only = engine.qps().eq(core::iter::once(qp));
+        match engine.qp_num(qp) {
+            Ok(qp_num) if only => Ok(QueuePair {
+                engine,
+                id: qp,
+                qp_num,
+            }),
+            _ => Err((
+                Error::invalid(site!(
+                    "QueuePair::from_engine",
+                    "the engine must hold exactly this queue pair"
+                )),
+                engine,
+            )),
+        }
     }
 
     /// The queue pair's id on its engine.

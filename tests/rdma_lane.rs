@@ -116,14 +116,7 @@ fn two_engines(
 ) {
     let mut a: Engine<MemoryRegion> = Engine::new(pd, &Default::default()).unwrap();
     let mut b: Engine<MemoryRegion> = Engine::new(pd, &Default::default()).unwrap();
-    let config = support::config();
-    let qa: Vec<QpId> = (0..2).map(|_| a.add_qp(&config).unwrap()).collect();
-    let qb: Vec<QpId> = (0..2).map(|_| b.add_qp(&config).unwrap()).collect();
-    for (&x, &y) in qa.iter().zip(&qb) {
-        let (ex, ey) = (a.endpoint(x).unwrap(), b.endpoint(y).unwrap());
-        a.connect(x, &ey).unwrap();
-        b.connect(y, &ex).unwrap();
-    }
+    let (qa, qb) = support::engine_pairs(&mut a, &mut b, &support::config(), 2);
     (a, qa, b, qb)
 }
 

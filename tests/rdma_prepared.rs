@@ -517,11 +517,7 @@ fn with_a_separate_receive_cq_each_poll_takes_only_its_queue() {
     )
     .expect_err("events sleep on one CQ");
     assert_eq!(refused.kind(), ErrorKind::InvalidArgument);
-    let mut a = Qp::with_engine(&pd, &config, &separate).unwrap();
-    let mut b = Qp::with_engine(&pd, &config, &separate).unwrap();
-    let (ea, eb) = (a.endpoint(), b.endpoint());
-    a.connect(&eb).unwrap();
-    b.connect(&ea).unwrap();
+    let (mut a, mut b): (Qp, Qp) = support::connected_pair_in(&pd, &config, &separate);
     let buf = |len| Local::range(MemoryRegion::new(&pd, 4096).unwrap(), 0, len).unwrap();
     a.post_recv(RecvRequest::new(buf(64)).tag(1))
         .map_err(|e| e.error)

@@ -137,10 +137,7 @@ fn a_chain_mixes_with_plain_posts_on_an_engine_of_several_queue_pairs() {
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let config = support::config();
     let mut e: Engine<MemoryRegion> = Engine::new(&pd, &EngineConfig::default()).unwrap();
-    let (x, y) = (e.add_qp(&config).unwrap(), e.add_qp(&config).unwrap());
-    let (ex, ey) = (e.endpoint(x).unwrap(), e.endpoint(y).unwrap());
-    e.connect(x, &ey).unwrap();
-    e.connect(y, &ex).unwrap();
+    let (x, y) = support::pair_on(&mut e, &config);
     let target = support::remote_region(&pd, 4096);
     let dst = RemoteSlice::new(&target.remote().unwrap(), 0, 32).unwrap();
     let prep = |e: &mut Engine<MemoryRegion>, qp, tag| {

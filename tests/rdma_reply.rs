@@ -25,13 +25,11 @@ fn config() -> QpConfig {
     }
 }
 
-/// An engine with two queue pairs connected to each other (loopback).
+/// An engine with two queue pairs connected to each other (loopback;
+/// through rdma_cm on iWARP).
 fn engine_pair(pd: &ProtectionDomain, engine: &EngineConfig) -> (Engine<MemoryRegion>, QpId, QpId) {
     let mut e: Engine<MemoryRegion> = Engine::new(pd, engine).unwrap();
-    let (x, y) = (e.add_qp(&config()).unwrap(), e.add_qp(&config()).unwrap());
-    let (ex, ey) = (e.endpoint(x).unwrap(), e.endpoint(y).unwrap());
-    e.connect(x, &ey).unwrap();
-    e.connect(y, &ex).unwrap();
+    let (x, y) = support::pair_on(&mut e, &config());
     (e, x, y)
 }
 
@@ -70,11 +68,8 @@ fn a_server_replies_and_refills_its_receives_from_its_poll_callback() {
     };
     let mut server: Engine<MemoryRegion> = Engine::new(&pd, &srq).unwrap();
     let mut client: Engine<MemoryRegion> = Engine::new(&pd, &EngineConfig::default()).unwrap();
-    let s = server.add_qp(&config()).unwrap();
-    let c = client.add_qp(&config()).unwrap();
-    let (es, ec) = (server.endpoint(s).unwrap(), client.endpoint(c).unwrap());
-    server.connect(s, &ec).unwrap();
-    client.connect(c, &es).unwrap();
+    let (s, c) = support::engine_pairs(&mut server, &mut client, &config(), 1);
+    let (s, c) = (s[0], c[0]);
     for _ in 0..4 {
         let buf = MemoryRegion::new(&pd, MSG).unwrap();
         server

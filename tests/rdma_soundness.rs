@@ -33,11 +33,7 @@ fn srq_engine(pd: &ProtectionDomain) -> (Engine<ArenaBuf>, verbs::QpId, QueuePai
     };
     let mut engine = Engine::new(pd, &srq).unwrap();
     let config = support::config();
-    let qp = engine.add_qp(&config).unwrap();
-    let mut sender = QueuePair::new(pd, &config).unwrap();
-    let (es, er) = (sender.endpoint(), engine.endpoint(qp).unwrap());
-    sender.connect(&er).unwrap();
-    engine.connect(qp, &es).unwrap();
+    let (sender, qp) = support::sender_to(pd, &mut engine, &config);
     (engine, qp, sender)
 }
 

@@ -8,8 +8,7 @@ use std::collections::BTreeSet;
 
 use verbs::sys::ibv_event_type;
 use verbs::{
-    Engine, EngineConfig, HostBuf, MemoryRegion, ProtectionDomain, QueuePair, RecvRequest, SendOp,
-    SrqConfig,
+    Engine, EngineConfig, HostBuf, MemoryRegion, ProtectionDomain, RecvRequest, SendOp, SrqConfig,
 };
 
 #[test]
@@ -40,11 +39,7 @@ fn several_queue_pairs_share_one_receive_pool() {
     let mut senders = Vec::new();
     let mut receivers = Vec::new();
     for _ in 0..3 {
-        let mut sender = QueuePair::<MemoryRegion>::new(&pd, &config).unwrap();
-        let receiver = engine.add_qp(&config).unwrap();
-        let (es, er) = (sender.endpoint(), engine.endpoint(receiver).unwrap());
-        sender.connect(&er).unwrap();
-        engine.connect(receiver, &es).unwrap();
+        let (sender, receiver) = support::sender_to::<MemoryRegion>(&pd, &mut engine, &config);
         // A receive through the SRQ: refused on the queue pair itself.
         let refused = engine.post_recv(
             receiver,
@@ -60,14 +55,8 @@ fn several_queue_pairs_share_one_receive_pool() {
 
     for (i, sender) in senders.iter_mut().enumerate() {
         for m in 0..3u32 {
-            let imm = i as u32 * 10 + m;
             sender
-                .post_inline(
-                    SendOp::SendImm(imm),
-                    format!("qp{i} msg{m}").as_bytes(),
-                    0,
-                    true,
-                )
+                .post_inline(SendOp::Send, format!("qp{i} msg{m}").as_bytes(), 0, true)
                 .unwrap();
             sender
                 .wait_one(support::deadline())
@@ -82,20 +71,21 @@ fn several_queue_pairs_share_one_receive_pool() {
         engine
             .wait(support::deadline(), |mut c| {
                 c.result().unwrap();
-                let imm = c.imm().unwrap();
-                let i = (imm / 10) as usize;
-                assert_eq!(
-                    c.qp(),
-                    Some(receivers[i]),
-                    "each message comes back with its queue pair"
-                );
                 let tag = c.tag();
+                let qp = c.qp();
                 let buf = c
                     .take_buf()
                     .expect("the receive comes back with its buffer");
-                let text = format!("qp{i} msg{}", imm % 10);
-                assert_eq!(&buf.as_slice().unwrap()[..text.len()], text.as_bytes());
-                got.push((imm, tag));
+                // "qp{i} msg{m}": who sent it is in the message.
+                let text = &buf.as_slice().unwrap()[..8];
+                let (i, m) = (usize::from(text[2] - b'0'), u32::from(text[7] - b'0'));
+                assert_eq!(text, format!("qp{i} msg{m}").as_bytes());
+                assert_eq!(
+                    qp,
+                    Some(receivers[i]),
+                    "each message comes back with its queue pair"
+                );
+                got.push((i as u32 * 10 + m, tag));
             })
             .unwrap();
     }

@@ -338,6 +338,7 @@ fn accessors_of_a_queue_pair_taken_away_are_errors_not_panics() {
             ("gid", qp.gid().err()),
             ("port", qp.port().err()),
             ("query", qp.query().err()),
+            ("endpoint", qp.endpoint().err()),
         ];
         for (call, e) in errors {
             let e = e.unwrap_or_else(|| panic!("{call}() answered on a queue pair {name}"));
@@ -345,7 +346,10 @@ fn accessors_of_a_queue_pair_taken_away_are_errors_not_panics() {
         }
     }
     assert_eq!((a.id(), a.qp_num(), b.qp_num()), (id, qpn_a, qpn_b));
-    let peer = Qp::new(&pd, &support::config()).unwrap().endpoint();
+    let peer = Qp::new(&pd, &support::config())
+        .unwrap()
+        .endpoint()
+        .unwrap();
     let e = a.connect(&peer).unwrap_err();
     assert_eq!(e.kind(), verbs::ErrorKind::NotFound, "{e}");
 }

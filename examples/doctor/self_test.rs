@@ -74,7 +74,7 @@ fn connected_pair(
 ) -> Result<(Qp, Qp, PathInfo), Box<dyn StdError>> {
     let mut a = Qp::new(pd, config)?;
     let mut b = Qp::new(pd, config)?;
-    let (ea, eb) = (a.endpoint(), b.endpoint());
+    let (ea, eb) = (a.endpoint()?, b.endpoint()?);
     let path = a.connect_with(&eb, connect)?;
     b.connect_with(&ea, connect)?;
     Ok((a, b, path))

@@ -662,7 +662,7 @@ fn handshake(
     connect: &ConnectOptions,
 ) -> Result<RemoteRegion, BoxError> {
     let deadline = Deadline::after(SETUP);
-    let peer = chan.client_exchange(&qp.endpoint(), deadline)?;
+    let peer = chan.client_exchange(&qp.endpoint()?, deadline)?;
     let region = *peer.regions.first().ok_or("the server shared no region")?;
     qp.connect_with(&peer, connect)?;
     chan.sync(deadline)?;

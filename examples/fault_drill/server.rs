@@ -59,7 +59,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     // ours (with the region's rkey) is revealed.
     let attach = |qp: &mut Qp, chan: &mut Chan| -> Result<(), BoxError> {
         let deadline = Deadline::after(Duration::from_secs(30));
-        let mut local = qp.endpoint();
+        let mut local = qp.endpoint()?;
         local.regions.push(region.remote());
         let peer = chan.server_exchange(&local, deadline)?;
         qp.connect(&peer)?;

@@ -135,7 +135,7 @@ pub struct Keys {
 impl Keys {
     /// Our keys: each queue pair's endpoint and the inbox.
     pub fn new(side: &Side, with_gid: bool, out_reads: u16) -> Result<Keys, BoxError> {
-        let endpoints = side.endpoints();
+        let endpoints = side.endpoints()?;
         let ours = endpoints
             .iter()
             .map(|ep| {

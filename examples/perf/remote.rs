@@ -57,7 +57,7 @@ pub fn run(opts: &Opts, clock: &Clock, host: Option<&str>) -> Result<(), BoxErro
         _ => {
             let mut side = Side::new(&open(opts)?, &setup)?;
             let mut peers = Vec::new();
-            for ep in side.endpoints() {
+            for ep in side.endpoints()? {
                 // The client speaks first (wire v2); no token: the peer
                 // already matched our options line on this connection.
                 let peer = match host {

@@ -172,7 +172,7 @@ impl Side {
     pub fn loopback_pair(pd: &ProtectionDomain, s: &Setup) -> Result<(Side, Side), Error> {
         let mut a = Side::new(pd, s)?;
         let mut b = Side::new(pd, s)?;
-        let (ea, eb) = (a.endpoints(), b.endpoints());
+        let (ea, eb) = (a.endpoints()?, b.endpoints()?);
         a.connect(&eb, &ConnectOptions::default())?;
         b.connect(&ea, &ConnectOptions::default())?;
         Ok((a, b))
@@ -229,13 +229,13 @@ impl Side {
     }
 
     /// This side's endpoints (one per QP), each sharing the inbox.
-    pub fn endpoints(&self) -> Vec<Endpoint> {
+    pub fn endpoints(&self) -> Result<Vec<Endpoint>, Error> {
         self.lanes
             .iter()
             .map(|l| {
-                let mut ep = l.qp.endpoint();
+                let mut ep = l.qp.endpoint()?;
                 ep.regions.extend(self.inbox.remote());
-                ep
+                Ok(ep)
             })
             .collect()
     }

@@ -137,9 +137,12 @@ impl Context {
     }
 
     /// False on devices whose memory windows do not enforce their own
-    /// bounds (Soft-RoCE): the crate never binds a window there.
+    /// bounds (Soft-RoCE) and on devices with no memory windows at all
+    /// (`max_mw` 0, such as Soft-iWARP): the crate never binds a window
+    /// there, and exposes a buffer through a registration of its own.
     pub fn windows_enforce_bounds(&self) -> Result<bool, Error> {
-        Ok(self.query_device()?.0.vendor_id != SOFT_ROCE_VENDOR_ID)
+        let dev = self.query_device()?;
+        Ok(dev.0.vendor_id != SOFT_ROCE_VENDOR_ID && dev.max_mw() > 0)
     }
 
     /// Reads the next asynchronous event (QP fatal, port error, ...),

@@ -82,6 +82,10 @@ pub struct Engine<B, P: Provider = Verbs> {
     /// (with its buffer) stays here until its bind is no longer in flight;
     /// dropped after the queue pairs, leaked if one of them was.
     pub(crate) binds: BindTable<P::Window>,
+    /// The channel the ids of queue pairs rdma_cm made report on
+    /// (`adopt.rs`): made with the first, read only through this engine.
+    #[cfg(feature = "rdmacm")]
+    pub(crate) cm_channel: Option<alloc::sync::Arc<crate::raw::cm::RawCmChannel>>,
 }
 
 impl<B: NicBuf, P: Provider> Engine<B, P> {
@@ -125,6 +129,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             ahs: AhTable::new(),
             addressing: None,
             binds: BindTable::new(),
+            #[cfg(feature = "rdmacm")]
+            cm_channel: None,
         }
     }
 

@@ -17,6 +17,8 @@
 //! See `docs/ARCHITECTURE.md` for the path of one post and one poll.
 
 mod addressing;
+#[cfg(feature = "rdmacm")]
+mod adopt;
 mod ah_table;
 mod bind;
 mod bind_table;

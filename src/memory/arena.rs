@@ -32,9 +32,9 @@ use crate::pd::ProtectionDomain;
 use crate::raw::{PageMemory, RawMr};
 use crate::tlsf::{Stats, TlsfError};
 
+use super::access::Access;
 use super::carve::{arena_tlsf, Carver};
 use super::contract::{HostBuf, NicBuf};
-use super::region::Access;
 use super::return_queue::ReturnQueue;
 
 /// How to build an arena.

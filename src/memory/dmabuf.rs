@@ -6,8 +6,8 @@ use crate::error::Error;
 use crate::pd::ProtectionDomain;
 use crate::raw::RawMr;
 
+use super::access::Access;
 use super::contract::NicBuf;
-use super::region::Access;
 
 /// A registration of `len` bytes of a dmabuf (`ibv_reg_dmabuf_mr`). The
 /// CPU never touches the memory through it (it is a [`NicBuf`], not a

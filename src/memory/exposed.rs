@@ -10,9 +10,9 @@ use crate::endpoint::RemoteRegion;
 use crate::error::{site, Error, ErrorKind};
 use crate::raw::{RawMr, RawMw};
 
+use super::access::Access;
 use super::arena::ArenaBuf;
 use super::contract::{check_range, volatile_copy_in, volatile_copy_out, HostBuf, NicBuf};
-use super::region::Access;
 
 /// How an [`ExposedBuf`] grants access.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

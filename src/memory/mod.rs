@@ -24,6 +24,7 @@
 //! and the buffer types' implementations of the two contracts.
 #![allow(unsafe_code)]
 
+mod access;
 mod arena;
 mod carve;
 mod contract;
@@ -38,9 +39,11 @@ pub use arena::{Arena, ArenaBuf, ArenaConfig, DEFAULT_FRONT_CACHE};
 #[doc(hidden)]
 pub use carve::{ArenaModel, ModelBuf};
 
+#[doc(inline)]
+pub use access::Access;
 pub use dmabuf::DmabufRegion;
 pub(crate) use exposed::check_access;
 pub use exposed::{Exposed, ExposedBuf};
-pub use region::{Access, ForeignRegion, MemoryRegion};
+pub use region::{ForeignRegion, MemoryRegion};
 
 pub use contract::{HostBuf, NicBuf};

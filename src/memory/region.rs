@@ -11,28 +11,7 @@ use crate::raw::{HeapMemory, OwnedMemory, PageMemory, RawMr, StableMemory};
 
 use super::contract::{HostBuf, NicBuf};
 
-pub use crate::sys::ibv_access_flags as Access;
-
-impl Access {
-    /// Every access that lets a peer touch the memory on its own.
-    pub const REMOTE: Access =
-        Access(Access::REMOTE_WRITE.0 | Access::REMOTE_READ.0 | Access::REMOTE_ATOMIC.0);
-
-    /// Every access through which a peer may change the memory (including
-    /// windows bound to it, which can grant remote write).
-    pub const PEER_WRITES: Access =
-        Access(Access::REMOTE_WRITE.0 | Access::REMOTE_ATOMIC.0 | Access::MW_BIND.0);
-
-    /// True when a peer may read or write through this access.
-    pub const fn grants_remote(self) -> bool {
-        self.0 & Access::REMOTE.0 != 0
-    }
-
-    /// True when a peer may change memory registered with this access.
-    pub const fn lets_peer_write(self) -> bool {
-        self.0 & Access::PEER_WRITES.0 != 0
-    }
-}
+use super::access::Access;
 
 /// A registered memory region that owns its memory: page-aligned pages
 /// the crate maps ([`MemoryRegion::new`]), or heap bytes the caller hands

@@ -61,3 +61,30 @@ fn a_queue_pair_taken_away_answers_with_errors() {
         assert_eq!((front.id(), front.qp_num()), (qp, 0x44), "{how}");
     }
 }
+
+#[test]
+fn from_engine_takes_an_engine_holding_exactly_that_queue_pair() {
+    model::reset();
+    let stub = || Engine::<SimBuf, Stub>::assemble(Stub::new(0x46), (), 64, None, None, false);
+    let mut engine = stub();
+    let qp = one_qp(&mut engine, 0x46, 8);
+    let other = one_qp(&mut engine, 0x47, 8);
+    let Err((e, engine)) = QueuePair::from_engine(engine, qp) else {
+        panic!("refused: the engine holds another queue pair")
+    };
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "two queue pairs: {e}");
+    let mut engine = engine;
+    engine.remove_qp(other).unwrap();
+    let Ok(front) = QueuePair::from_engine(engine, qp) else {
+        panic!("the engine holds only qp now")
+    };
+    assert_eq!((front.id(), front.qp_num()), (qp, 0x46));
+    let Err((e, _)) = QueuePair::from_engine(stub(), qp) else {
+        panic!("refused: another engine")
+    };
+    assert_eq!(
+        e.kind(),
+        ErrorKind::InvalidArgument,
+        "another engine's: {e}"
+    );
+}

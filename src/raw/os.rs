@@ -43,6 +43,33 @@ pub(crate) fn wait_readable(site: &'static Site, fd: i32, timeout_ms: i32) -> Re
     }
 }
 
+/// Waits until one of `fds` (at most 4) is readable or `timeout_ms`
+/// passes (`poll(2)`); `Ok(false)` on timeout or interruption.
+#[cfg(feature = "rdmacm")]
+pub(crate) fn wait_readable_any(
+    site: &'static Site,
+    fds: &[i32],
+    timeout_ms: i32,
+) -> Result<bool, Error> {
+    let mut pfds = [libc::pollfd {
+        fd: -1,
+        events: libc::POLLIN,
+        revents: 0,
+    }; 4];
+    let n = fds.len().min(pfds.len());
+    for (p, &fd) in pfds.iter_mut().zip(&fds[..n]) {
+        p.fd = fd;
+    }
+    // SAFETY: `n` valid pollfds (of 4) for the duration of the call.
+    let ready = unsafe { libc::poll(pfds.as_mut_ptr(), n as libc::nfds_t, timeout_ms) };
+    match ready {
+        r if r > 0 => Ok(true),
+        0 => Ok(false),
+        _ if errno() == libc::EINTR => Ok(false),
+        _ => Err(Error::os(site, errno())),
+    }
+}
+
 /// Makes `fd` non-blocking (reads then return EAGAIN instead of sleeping).
 pub(crate) fn set_nonblocking(site: &'static Site, fd: i32) -> Result<(), Error> {
     // SAFETY: F_GETFL/F_SETFL only read and change the descriptor's flags;

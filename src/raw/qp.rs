@@ -104,10 +104,21 @@ impl RawQp {
     ) -> Result<(RawQp, sys::ibv_qp_cap), Error> {
         use crate::sys::rdmacm as cm;
         let mut init = parts.init_attr();
+        // Some of its failure paths (a provider's) set no errno: one left
+        // over from an earlier call must not be reported as the reason.
+        super::ret::clear_errno();
         // SAFETY: live id and PD; `init` names live CQs the QP keeps alive.
-        check_rc(site!("rdma_create_qp"), unsafe {
-            cm::rdma_create_qp(id.as_ptr(), parts.pd.as_ptr(), &mut init)
-        })?;
+        let rc = unsafe { cm::rdma_create_qp(id.as_ptr(), parts.pd.as_ptr(), &mut init) };
+        if rc != 0 && super::ret::errno() == 0 {
+            return Err(Error::os(
+                site!(
+                    "rdma_create_qp",
+                    "failed without saying why (no errno: the provider's own check)"
+                ),
+                libc::EIO,
+            ));
+        }
+        check_rc(site!("rdma_create_qp"), rc)?;
         // SAFETY: rdma_create_qp succeeded, so id->qp is the new QP.
         let ptr = check_ptr(site!("rdma_create_qp"), unsafe {
             cm::verbs_shim_cm_id_qp(id.as_ptr())

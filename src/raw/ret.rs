@@ -16,6 +16,14 @@ pub(crate) fn errno() -> i32 {
     unsafe { *libc::__errno_location() }
 }
 
+/// Sets the calling thread's `errno` to 0, before a call that may fail
+/// without setting it.
+#[cfg(feature = "rdmacm")]
+pub(crate) fn clear_errno() {
+    // SAFETY: as in `errno`; writing this thread's errno is what it is for.
+    unsafe { *libc::__errno_location() = 0 };
+}
+
 /// A call that returns 0 on success or an errno value.
 #[inline]
 pub(crate) fn check_rc(site: &'static Site, rc: core::ffi::c_int) -> Result<(), Error> {

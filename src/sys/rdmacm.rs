@@ -156,6 +156,12 @@ extern_c! {
     pub fn rdma_get_cm_event(channel: *mut rdma_event_channel, event: *mut *mut rdma_cm_event) -> c_int;
     "librdmacm" "int rdma_ack_cm_event(struct rdma_cm_event *event)"
     pub fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int;
+    "librdmacm" "struct ibv_context **rdma_get_devices(int *num_devices)"
+    /// The device contexts librdmacm opened (NULL-terminated); each stays
+    /// open at least until the list is freed.
+    pub fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context;
+    "librdmacm" "void rdma_free_devices(struct ibv_context **list)"
+    pub fn rdma_free_devices(list: *mut *mut ibv_context);
     "librdmacm" "const char *rdma_event_str(enum rdma_cm_event_type event)"
     pub fn rdma_event_str(event: rdma_cm_event_type) -> *const c_char;
 }

@@ -90,9 +90,13 @@ impl fmt::Display for WireError {
 impl std::error::Error for WireError {}
 
 impl From<EndpointError> for WireError {
-    /// An invalid endpoint is an inconsistent message.
+    /// An invalid endpoint is an inconsistent message; a reserved QPN
+    /// says which.
     fn from(e: EndpointError) -> Self {
-        WireError::Inconsistent(e.reason())
+        match e {
+            EndpointError::ReservedQpn(qpn) => WireError::ReservedQpn(qpn),
+            e => WireError::Inconsistent(e.reason()),
+        }
     }
 }
 

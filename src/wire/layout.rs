@@ -30,18 +30,7 @@ pub const MAX_BODY_LEN: usize = body_len_for(MAX_TOKEN_LEN, MAX_REGIONS);
 /// message, so readers never need to allocate per peer claim.
 pub const MAX_MESSAGE_LEN: usize = HEADER_LEN + MAX_BODY_LEN;
 
-/// Smallest QPN a peer may name: 0 and 1 are the special SMI and GSI
-/// queue pairs, which no reliable-connected queue pair has.
-pub const MIN_PEER_QPN: u32 = 2;
-
-/// Largest QPN a peer may name: `0xFFFFFF` addresses a multicast group,
-/// which no reliable-connected queue pair is.
-pub const MAX_PEER_QPN: u32 = 0x00FF_FFFE;
-
-/// Whether a peer may name `qpn`: [`MIN_PEER_QPN`]`..=`[`MAX_PEER_QPN`].
-pub const fn is_peer_qpn(qpn: u32) -> bool {
-    qpn >= MIN_PEER_QPN && qpn <= MAX_PEER_QPN
-}
+pub use crate::endpoint::{is_peer_qpn, MAX_PEER_QPN, MIN_PEER_QPN};
 
 /// The header length as a function, for readers written against the
 /// streaming API: read this many bytes, then call [`super::parse_header`].

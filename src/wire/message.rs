@@ -3,8 +3,8 @@
 use crate::endpoint::Endpoint;
 
 use super::error::WireError;
-use super::layout::is_peer_qpn;
 use super::token::Token;
+use crate::endpoint::is_peer_qpn;
 
 /// Which way a message travels.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

@@ -36,11 +36,9 @@
 //! writes, then reads; client reads, then writes) is kept exactly, since
 //! the C programs block on it.
 
-use alloc::vec;
-
 use super::error::WireError;
-use super::layout::is_peer_qpn;
-use crate::endpoint::{Endpoint, Mtu, RemoteRegion, MAX_QPN};
+use crate::endpoint::is_peer_qpn;
+use crate::endpoint::{Endpoint, Mtu, RemoteRegion};
 use crate::gid::Gid;
 
 /// Size of the packed `struct conn_info`.
@@ -157,28 +155,17 @@ impl ConnInfo {
     /// than 24 bits or is 0, 1 or `0xFFFFFF` (no RC peer has those), the LID is wider
     /// than 16 bits, or `addr + region_len` overflows.
     pub fn to_endpoint(&self, region_len: u64) -> Result<Endpoint, WireError> {
-        if self.qpn > MAX_QPN {
-            return Err(WireError::Inconsistent(
-                "qpn wider than 24 bits (max 0xffffff)",
-            ));
-        }
-        if !is_peer_qpn(self.qpn) {
-            return Err(WireError::ReservedQpn(self.qpn));
-        }
         let lid = u16::try_from(self.lid)
             .map_err(|_| WireError::Inconsistent("lid wider than 16 bits (max 0xffff)"))?;
-        let ep = Endpoint {
-            qpn: self.qpn,
-            psn: 0,
-            lid,
-            gid: self.gid,
+        let mut ep = Endpoint {
             mtu: Mtu::MTU_1024,
-            regions: vec![RemoteRegion {
-                addr: self.addr,
-                len: region_len,
-                rkey: self.rkey,
-            }],
+            ..Endpoint::new(self.qpn, 0, lid, self.gid)?
         };
+        ep.regions.push(RemoteRegion {
+            addr: self.addr,
+            len: region_len,
+            rkey: self.rkey,
+        });
         ep.validate()?;
         Ok(ep)
     }

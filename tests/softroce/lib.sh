@@ -13,7 +13,7 @@ SR_CACHE=${VERBS_SOFTROCE_CACHE:-$HOME/.cache/verbs-softroce}
 # shellcheck disable=SC2034 # used by setup
 SR_PACKAGES=(qemu-system-x86 busybox-static rdma-core ibverbs-providers
 	ibverbs-utils libibverbs-dev librdmacm-dev rdmacm-utils perftest iproute2
-	xz-utils vde-switch)
+	xz-utils vde-switch make)
 
 # insmod order: each module's depends= is satisfied by the ones before it.
 # ifb .. act_mirred: netem on a NIC's incoming side (a node's whole link).
@@ -22,7 +22,15 @@ SR_MODULES=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev
 	failover net_failover virtio_net dummy sch_netem
 	ifb sch_ingress cls_matchall act_mirred
 	crc32_generic udp_tunnel ip6_udp_tunnel ib_core ib_uverbs
-	configfs iw_cm ib_cm rdma_cm rdma_ucm rdma_rxe)
+	configfs iw_cm ib_cm rdma_cm rdma_ucm rdma_rxe
+	crc32c_generic libcrc32c siw)
+
+# Modules Debian's kernel does not ship (CONFIG_RDMA_SIW is off in its
+# 6.1 and 6.12 configs): each one's directory in the kernel's source and
+# its config symbol. setup builds them from the source package of the
+# very kernel it downloaded, against that kernel's headers.
+# shellcheck disable=SC2034 # used by setup
+declare -gA SR_BUILT_MODULES=([siw]="drivers/infiniband/sw/siw CONFIG_RDMA_SIW")
 
 sr_say() { printf 'softroce %s: %s\n' "${SR_WHO:-}" "$*" >&2; }
 sr_die() { sr_say "$*"; exit 125; }
@@ -112,7 +120,14 @@ sr_accel() {
 sr_prepare() {
 	local run=$1 name
 	shift
-	printf '%s\n' "${SR_CONFIG:-SR_PLANES=1 SR_IF_0=dummy0 SR_ADDR_0=10.77.0.1/24}" >"$run/config"
+	# The lone guest: rxe0 on dummy0; with VERBS_TEST_DEVICE=siw0 also siw0
+	# on dummy1 (its own address, so rdma_cm picks siw0 for it and rxe0 for
+	# dummy0's). Only then: iWARP's listeners are real TCP sockets, so a
+	# wildcard rdma_cm listen would take the port of a TCP listener beside
+	# it (perf -R's server does both).
+	local lone="SR_PLANES=1 SR_IF_0=dummy0 SR_ADDR_0=10.77.0.1/24"
+	[[ ${VERBS_TEST_DEVICE:-} == siw0 ]] && lone+=" SR_SIW_ADDR=10.79.0.1/24"
+	printf '%s\n' "${SR_CONFIG:-$lone}" >"$run/config"
 	# The guest gets a fresh /tmp; host entries it needs there (a crate or a
 	# target dir under /tmp, a binary in /tmp) are bound in, read-only.
 	local p
@@ -131,7 +146,14 @@ sr_prepare() {
 				printf 'export %s=%q\n' "$name" "${!name}" ;;
 			esac
 		done
-		echo 'export VERBS_TEST_DEVICE=rxe0 VERBS_REQUIRE_DEVICE=1 VERBS_IN_GUEST=1'
+		# The guest's devices: rxe0 (RoCE), and siw0 (iWARP) in a lone
+		# guest; a caller's VERBS_TEST_DEVICE naming one of them is kept
+		# (`VERBS_TEST_DEVICE=siw0 tests/softroce/cargo test ...`).
+		case ${VERBS_TEST_DEVICE:-} in
+		rxe[0-9] | siw0) printf 'export VERBS_TEST_DEVICE=%q' "$VERBS_TEST_DEVICE" ;;
+		*) printf 'export VERBS_TEST_DEVICE=rxe0' ;;
+		esac
+		echo ' VERBS_REQUIRE_DEVICE=1 VERBS_IN_GUEST=1'
 		[[ -n ${SR_EXPORTS:-} ]] && printf '%s\n' "$SR_EXPORTS"
 		printf 'cd %q || { echo "softroce guest: no such directory in the guest: %q" >&2; exit 125; }\n' "$PWD" "$PWD"
 		printf 'exec'

@@ -2,7 +2,10 @@
 //! loopback pair of connected queue pairs on it.
 //!
 //! `VERBS_TEST_DEVICE` names the device (else the first one); a missing
-//! device fails the test.
+//! device fails the test. On iWARP (`siw0` in the test bed) queue pairs
+//! connect only through rdma_cm: the context is librdmacm's and the pairs
+//! are made with `verbs::cm` (tests/softroce/README.md lists the device
+//! tests that do not apply there, and why).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -11,25 +14,106 @@ use std::time::{Duration, SystemTime};
 
 use verbs::{Access, Context, Deadline, MemoryRegion, ProtectionDomain, QpConfig, QueuePair};
 
-/// The IPv4 address of `ctx`'s netdev, from the GID the crate chooses
-/// (rdma_cm connects by address).
+mod pairs;
+#[allow(unused_imports)] // each test binary uses some
+pub use pairs::{cm_pair, connected_pair_in, engine_pairs, pair_on, sender_to};
+
+/// The IPv4 address of `ctx`'s netdev (rdma_cm connects by address):
+/// the IPv4-mapped GID the crate chooses on RoCE; on iWARP, whose GID is
+/// the netdev's MAC, the netdev's own address.
 pub fn device_ipv4(ctx: &Context) -> std::net::Ipv4Addr {
     let table = ctx.gid_table(1).expect("read port 1's GID table");
-    let gid = verbs::device::choose_gid(&table).expect("a usable GID").gid;
-    gid.ipv4().expect("an IPv4-mapped GID").into()
+    let gid = verbs::device::choose_gid(&table).expect("a usable GID");
+    if let Some(v4) = gid.gid.ipv4() {
+        return v4.into();
+    }
+    assert!(is_iwarp(ctx), "an IPv4-mapped GID on {}", ctx.name());
+    // iWARP's GID entries name no netdev: `rdma link` does.
+    let link = format!("{}/1", ctx.name());
+    let (ok, out) = run(Command::new("rdma").args(["link", "show", &link]));
+    assert!(ok, "rdma link show {link}");
+    let dev = out
+        .split_whitespace()
+        .skip_while(|w| *w != "netdev")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{link}'s netdev: {out}"))
+        .to_string();
+    let (ok, out) = run(Command::new("ip").args(["-o", "-4", "addr", "show", "dev", &dev]));
+    assert!(ok, "ip addr show dev {dev}");
+    out.split_whitespace()
+        .skip_while(|w| *w != "inet")
+        .nth(1)
+        .and_then(|a| a.split('/').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("an IPv4 address on {dev}: {out}"))
+}
+
+/// True for an iWARP device (node type RNIC): it connects only through
+/// rdma_cm, and has no UD, no atomics, no memory windows.
+pub fn is_iwarp(ctx: &Context) -> bool {
+    let path = format!("/sys/class/infiniband/{}/node_type", ctx.name());
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .starts_with("4:")
 }
 
 /// The device under test (`VERBS_TEST_DEVICE`, else the first). A test
 /// that needs a device FAILS without one, never skips: run the suite with
 /// `tests/softroce/cargo test`, which gives every device test a Soft-RoCE
 /// device in a guest when the host has none.
+///
+/// On iWARP it is librdmacm's context of the device, so that queue pairs
+/// rdma_cm makes can use its protection domains.
 pub fn test_context(test: &str) -> Context {
     let name = std::env::var("VERBS_TEST_DEVICE")
         .ok()
         .filter(|s| !s.is_empty());
-    Context::open(name.as_deref()).unwrap_or_else(|e| {
+    let ctx = Context::open(name.as_deref()).unwrap_or_else(|e| {
         panic!("{test}: no RDMA device {name:?} ({e}); run device tests with tests/softroce/cargo test")
-    })
+    });
+    if !is_iwarp(&ctx) {
+        return ctx;
+    }
+    cm_context(test, ctx.name())
+}
+
+#[cfg(feature = "rdmacm")]
+fn cm_context(test: &str, name: &str) -> Context {
+    let ctx = verbs::cm::context(Some(name))
+        .unwrap_or_else(|e| panic!("{test}: librdmacm's context of {name}: {e}"));
+    if is_soft_iwarp(&ctx) {
+        cover_siw_key_hole(&ctx);
+    }
+    ctx
+}
+
+/// Soft-iWARP (Linux 6.1, rdma-core 44) gives each queue the device maps
+/// into the process a key, its page offset in the context's mmap space,
+/// and libsiw takes the key 0x90000 (page 144) for its "invalid key": the
+/// completion queue, queue pair or SRQ whose queue lands there fails to be
+/// created, without an errno, and so does each next one (the same offset
+/// is free again). librdmacm's context is one per process, shared by every
+/// test of a binary, so a completion queue of 65536 entries (2 MiB) is
+/// made on it first and kept: it covers pages 0 to 511, and no later
+/// queue can start on page 144.
+#[cfg(feature = "rdmacm")]
+fn cover_siw_key_hole(ctx: &Context) {
+    use std::sync::{Mutex, OnceLock};
+    static COVER: OnceLock<Mutex<verbs::Engine<MemoryRegion>>> = OnceLock::new();
+    COVER.get_or_init(|| {
+        let pd = ProtectionDomain::new(ctx).expect("a PD on siw0");
+        let config = verbs::EngineConfig {
+            cq_depth: Some(65536),
+            ..verbs::EngineConfig::default()
+        };
+        Mutex::new(verbs::Engine::new(&pd, &config).expect("siw0's covering CQ"))
+    });
+}
+
+#[cfg(not(feature = "rdmacm"))]
+fn cm_context(test: &str, name: &str) -> Context {
+    panic!(
+        "{test}: {name} is iWARP, which connects only through rdma_cm: run with --features rdmacm"
+    )
 }
 
 /// A generous deadline for one operation on a TCG guest.
@@ -66,9 +150,12 @@ pub fn connected_pair_with<B: verbs::NicBuf>(
     config: &QpConfig,
     opts: &verbs::ConnectOptions,
 ) -> (QueuePair<B>, QueuePair<B>) {
+    if is_iwarp(pd.context()) {
+        return cm_pair(pd, config);
+    }
     let mut a = QueuePair::new(pd, config).expect("create QP a");
     let mut b = QueuePair::new(pd, config).expect("create QP b");
-    let (ea, eb) = (a.endpoint(), b.endpoint());
+    let (ea, eb) = (a.endpoint().unwrap(), b.endpoint().unwrap());
     a.connect_with(&eb, opts).expect("connect a -> b");
     b.connect_with(&ea, opts).expect("connect b -> a");
     (a, b)
@@ -249,6 +336,13 @@ pub fn ipv4_with_prefix(dev: &str, addr: &std::net::Ipv4Addr) -> String {
         .find(|w| w.starts_with(&format!("{addr}/")))
         .unwrap_or_else(|| panic!("{addr} in {out}"))
         .to_string()
+}
+
+/// True when `ctx` is Soft-iWARP (`siw`, vendor id "bmt"), whose
+/// statuses some tests know apart from other devices'.
+pub fn is_soft_iwarp(ctx: &Context) -> bool {
+    const SIW_VENDOR_ID: u32 = 0x62_6d74;
+    ctx.query_device().expect("query the device").0.vendor_id == SIW_VENDOR_ID
 }
 
 /// True when `ctx` is Soft-RoCE (its vendor id is `RXE_VENDOR_ID`), whose

@@ -45,7 +45,7 @@ pub(crate) fn serve(addr: SocketAddr) {
             let hello = server.next_client(Deadline::NEVER)?;
             let mut qp = queue_pair(&pd)?;
             qp.connect(hello.peer_endpoint())?;
-            let _session = hello.reply(&qp.endpoint())?;
+            let _session = hello.reply(&qp.endpoint()?)?;
             std::thread::spawn(move || {
                 let mut reply = [0u8; SIZE];
                 loop {
@@ -81,7 +81,7 @@ pub(crate) fn serve(addr: SocketAddr) {
 fn connect(pd: &ProtectionDomain, addr: &SocketAddr) -> Result<QueuePair<MemoryRegion>, BoxError> {
     let mut qp = queue_pair(pd)?;
     let deadline = Deadline::after(Duration::from_secs(10));
-    let (_session, theirs) = exchange::connect_and_exchange(addr, &qp.endpoint(), None, deadline)?;
+    let (_session, theirs) = exchange::connect_and_exchange(addr, &qp.endpoint()?, None, deadline)?;
     qp.connect(&theirs)?;
     Ok(qp)
 }

@@ -1,147 +1,18 @@
-//! librdmacm handles (cargo feature `rdmacm`): event channels, ids, and
-//! queue pairs created on an id.
+//! An `rdma_cm_id`: created on a channel or taken from a connect
+//! request, moved between channels, and every call the crate makes on it.
 
 use alloc::sync::Arc;
-use alloc::vec::Vec;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::net::SocketAddr;
 
 use crate::error::{site, Error};
-use crate::sys::rdmacm::{self as cm, rdma_cm_event_type as Ev};
+use crate::sys::rdmacm as cm;
 
-use super::device::RawContext;
-use super::os::{set_nonblocking, wait_readable};
-use super::ret::{check_ptr, check_rc, errno};
-
-/// An event channel with a non-blocking descriptor.
-pub(crate) struct RawCmChannel {
-    ptr: NonNull<cm::rdma_event_channel>,
-}
-
-// SAFETY: an event channel is a descriptor; librdmacm is thread-safe.
-unsafe impl Send for RawCmChannel {}
-// SAFETY: as above.
-unsafe impl Sync for RawCmChannel {}
-
-/// One event, copied out and acknowledged.
-pub(crate) struct CmEvent {
-    pub(crate) kind: Ev,
-    pub(crate) status: i32,
-    /// The private data of a connect request, an accept or a reject.
-    pub(crate) private: Vec<u8>,
-    /// The new id of a connect request (ours to accept or reject).
-    pub(crate) request: Option<RawCmRequest>,
-}
-
-impl RawCmChannel {
-    /// `rdma_create_event_channel`, made non-blocking.
-    pub(crate) fn create() -> Result<Arc<RawCmChannel>, Error> {
-        // SAFETY: no preconditions.
-        let ptr = check_ptr(site!("rdma_create_event_channel"), unsafe {
-            cm::rdma_create_event_channel()
-        })?;
-        let ch = RawCmChannel { ptr };
-        set_nonblocking(site!("fcntl(O_NONBLOCK) on the rdma_cm channel"), ch.fd())?;
-        Ok(Arc::new(ch))
-    }
-
-    fn fd(&self) -> i32 {
-        // SAFETY: live channel; `fd` never changes.
-        unsafe { self.ptr.as_ref().fd }
-    }
-
-    /// The next event, or `Ok(None)` when none arrives within `timeout_ms`.
-    pub(crate) fn next_event(&self, timeout_ms: i32) -> Result<Option<CmEvent>, Error> {
-        let mut raw = core::ptr::null_mut();
-        // SAFETY: live, non-blocking channel; valid out-pointer.
-        if unsafe { cm::rdma_get_cm_event(self.ptr.as_ptr(), &mut raw) } != 0 {
-            let e = errno();
-            if e != libc::EAGAIN && e != libc::EWOULDBLOCK {
-                return Err(Error::os(site!("rdma_get_cm_event"), e));
-            }
-            wait_readable(site!("poll(rdma_cm channel)"), self.fd(), timeout_ms)?;
-            return Ok(None);
-        }
-        // SAFETY: the library returned a live event, valid until acked below.
-        let ev = unsafe { &*raw };
-        let mut private = Vec::new();
-        if matches!(
-            ev.event,
-            Ev::CONNECT_REQUEST | Ev::ESTABLISHED | Ev::REJECTED
-        ) {
-            // SAFETY: for these events `param.conn` is the active member.
-            let conn = unsafe { ev.param.conn };
-            if !conn.private_data.is_null() {
-                // SAFETY: the private data is valid for its length until the ack.
-                private.extend_from_slice(unsafe {
-                    core::slice::from_raw_parts(
-                        conn.private_data.cast::<u8>(),
-                        usize::from(conn.private_data_len),
-                    )
-                });
-            }
-        }
-        let request = if ev.event == Ev::CONNECT_REQUEST {
-            NonNull::new(ev.id).map(|ptr| RawCmRequest { ptr })
-        } else {
-            None
-        };
-        let event = CmEvent {
-            kind: ev.event,
-            status: ev.status,
-            private,
-            request,
-        };
-        // SAFETY: acked exactly once, after the copy.
-        unsafe { cm::rdma_ack_cm_event(raw) };
-        Ok(Some(event))
-    }
-}
-
-impl Drop for RawCmChannel {
-    fn drop(&mut self) {
-        // SAFETY: every id on the channel holds an Arc to it, so none is alive.
-        unsafe { cm::rdma_destroy_event_channel(self.ptr.as_ptr()) };
-    }
-}
-
-/// The new id of a connect request, not yet owned by a channel of its own:
-/// rejected and destroyed on drop.
-pub(crate) struct RawCmRequest {
-    ptr: NonNull<cm::rdma_cm_id>,
-}
-
-// SAFETY: librdmacm ids may be used from any thread.
-unsafe impl Send for RawCmRequest {}
-
-impl RawCmRequest {
-    /// Moves the id to `channel` (`rdma_migrate_id`), so its later events
-    /// (DISCONNECTED) reach the connection.
-    pub(crate) fn migrate(self, channel: &Arc<RawCmChannel>) -> Result<RawCmId, Error> {
-        // SAFETY: live id whose events are all acked; live channel.
-        check_rc(site!("rdma_migrate_id"), unsafe {
-            cm::rdma_migrate_id(self.ptr.as_ptr(), channel.ptr.as_ptr())
-        })?;
-        let id = RawCmId {
-            ptr: self.ptr,
-            channel: channel.clone(),
-            connected: AtomicBool::new(false),
-        };
-        core::mem::forget(self);
-        Ok(id)
-    }
-}
-
-impl Drop for RawCmRequest {
-    fn drop(&mut self) {
-        // SAFETY: a request's id, ours to refuse and destroy once.
-        unsafe {
-            cm::rdma_reject(self.ptr.as_ptr(), core::ptr::null(), 0);
-            cm::rdma_destroy_id(self.ptr.as_ptr());
-        }
-    }
-}
+use super::channel::{PlacedAs, RawCmChannel, RawCmRequest};
+use super::devices::RawCmDevices;
+use crate::raw::device::RawContext;
+use crate::raw::ret::check_rc;
 
 /// An `rdma_cm_id` and the channel its events arrive on.
 pub(crate) struct RawCmId {
@@ -150,6 +21,12 @@ pub(crate) struct RawCmId {
     /// ESTABLISHED seen, and neither side disconnected since: whoever
     /// holds the id's queue pair disconnects it (once).
     connected: AtomicBool,
+    /// Made by a connect request (accepts), else by `create` (connects).
+    passive: bool,
+    /// `rdma_connect` or `rdma_accept` was called (once per id).
+    started: AtomicBool,
+    /// DISCONNECTED arrived.
+    peer_disconnected: AtomicBool,
 }
 
 // SAFETY: librdmacm ids may be used from any thread; the pointer is only
@@ -165,7 +42,7 @@ impl RawCmId {
         // SAFETY: live channel; valid out-pointer.
         check_rc(site!("rdma_create_id"), unsafe {
             cm::rdma_create_id(
-                channel.ptr.as_ptr(),
+                channel.as_ptr(),
                 &mut id,
                 core::ptr::null_mut(),
                 cm::rdma_port_space::PS_TCP,
@@ -176,7 +53,75 @@ impl RawCmId {
             ptr,
             channel: channel.clone(),
             connected: AtomicBool::new(false),
+            passive: false,
+            started: AtomicBool::new(false),
+            peer_disconnected: AtomicBool::new(false),
         })
+    }
+
+    /// The id of the connect request `req`, moved to `to`
+    /// (`rdma_migrate_id`) so its later events reach whoever holds it; it
+    /// accepts. On failure the request is refused and destroyed.
+    pub(crate) fn from_request(
+        req: RawCmRequest,
+        to: &Arc<RawCmChannel>,
+    ) -> Result<RawCmId, Error> {
+        // SAFETY: live id whose events are all acked; live channel.
+        check_rc(site!("rdma_migrate_id"), unsafe {
+            cm::rdma_migrate_id(req.as_ptr(), to.as_ptr())
+        })?;
+        let (ptr, _old_channel) = req.into_parts();
+        Ok(RawCmId {
+            ptr,
+            channel: to.clone(),
+            connected: AtomicBool::new(false),
+            passive: true,
+            started: AtomicBool::new(false),
+            peer_disconnected: AtomicBool::new(false),
+        })
+    }
+
+    /// Moves the id to `to` (`rdma_migrate_id`): its later events arrive
+    /// there. On failure the id is destroyed.
+    pub(crate) fn migrate(self, to: &Arc<RawCmChannel>) -> Result<RawCmId, Error> {
+        if Arc::ptr_eq(&self.channel, to) {
+            return Ok(self);
+        }
+        // SAFETY: live id whose events are all acked (they are acked as
+        // they are read); live channel.
+        check_rc(site!("rdma_migrate_id"), unsafe {
+            cm::rdma_migrate_id(self.ptr.as_ptr(), to.as_ptr())
+        })?;
+        self.channel.forget(self.addr());
+        let moved = RawCmId {
+            ptr: self.ptr,
+            channel: to.clone(),
+            connected: AtomicBool::new(self.connected.load(Ordering::Relaxed)),
+            passive: self.passive,
+            started: AtomicBool::new(self.started.load(Ordering::Relaxed)),
+            peer_disconnected: AtomicBool::new(self.peer_disconnected.load(Ordering::Relaxed)),
+        };
+        let this = core::mem::ManuallyDrop::new(self);
+        // SAFETY: read once out of a value whose drop never runs (the id
+        // lives on in `moved`); the old channel's Arc goes.
+        drop(unsafe { core::ptr::read(&this.channel) });
+        Ok(moved)
+    }
+
+    /// The id's address, as an identity (events name their id by it).
+    pub(crate) fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// True for the id of a connect request (it accepts), false for one
+    /// that connects.
+    pub(crate) fn is_passive(&self) -> bool {
+        self.passive
+    }
+
+    /// Records that the queue pair made on this id was placed as `placed`.
+    pub(crate) fn placed_as(&self, placed: PlacedAs) {
+        self.channel.enter(self.addr(), placed);
     }
 
     /// The channel this id's events arrive on.
@@ -226,16 +171,22 @@ impl RawCmId {
         })
     }
 
-    /// The device context librdmacm opened for this id, kept open by the
-    /// id (after ROUTE_RESOLVED or a connect request).
-    pub(crate) fn context(self: &Arc<Self>) -> Result<RawContext, Error> {
+    /// The device context librdmacm opened for this id (after binding to
+    /// a device's address, ROUTE_RESOLVED or a connect request), kept
+    /// open by librdmacm's device list rather than by the id, which can
+    /// go with its connection.
+    pub(crate) fn context(&self) -> Result<RawContext, Error> {
         // SAFETY: live id.
         let verbs = unsafe { cm::verbs_shim_cm_id_verbs(self.ptr.as_ptr()) };
         let verbs = NonNull::new(verbs).ok_or(Error::new(
-            site!("rdma_cm: the id has no device"),
+            site!(
+                "rdma_cm: the id has no device",
+                "",
+                "bind to the address of an RDMA device's network interface, not the unspecified address"
+            ),
             crate::error::ErrorKind::NotFound,
         ))?;
-        Ok(RawContext::borrowed(verbs, self.clone()))
+        RawCmDevices::get()?.context(verbs)
     }
 
     /// True when `ctx` is the context librdmacm opened for this id.
@@ -310,6 +261,22 @@ impl RawCmId {
         self.connected.store(true, Ordering::Relaxed);
     }
 
+    /// Records that `rdma_connect` or `rdma_accept` is being called; false
+    /// if it was already.
+    pub(crate) fn take_start(&self) -> bool {
+        !self.started.swap(true, Ordering::Relaxed)
+    }
+
+    /// Records the peer's DISCONNECTED.
+    pub(crate) fn set_peer_disconnected(&self) {
+        self.peer_disconnected.store(true, Ordering::Relaxed);
+    }
+
+    /// True once the peer's DISCONNECTED arrived.
+    pub(crate) fn peer_disconnected(&self) -> bool {
+        self.peer_disconnected.load(Ordering::Relaxed)
+    }
+
     /// Records that the connection ended; true if it was up until now.
     pub(crate) fn take_connected(&self) -> bool {
         self.connected.swap(false, Ordering::Relaxed)
@@ -343,6 +310,8 @@ impl RawCmId {
 
 impl Drop for RawCmId {
     fn drop(&mut self) {
+        // Out of the table before the address can be reused.
+        self.channel.forget(self.addr());
         // SAFETY: its QP holds an Arc to this id and is gone; everything on
         // its context was dropped first (it holds the context's keep-alive,
         // which holds this); events were acked as they were read.
