@@ -13,6 +13,7 @@ use crate::memory::NicBuf;
 use super::ah_table::AhTable;
 use super::bind_table::BindTable;
 use super::config::Queue;
+use super::counters::Counted;
 use super::doorbell::{Provider, Verbs};
 use super::flights::Flights;
 use super::id::MAX_QPS;
@@ -82,6 +83,8 @@ pub struct Engine<B, P: Provider = Verbs> {
     /// (with its buffer) stays here until its bind is no longer in flight;
     /// dropped after the queue pairs, leaked if one of them was.
     pub(crate) binds: BindTable<P::Window>,
+    /// What its counters keep beside the slots (`counters.rs`).
+    pub(crate) counted: Counted,
 }
 
 impl<B: NicBuf, P: Provider> Engine<B, P> {
@@ -125,6 +128,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             ahs: AhTable::new(),
             addressing: None,
             binds: BindTable::new(),
+            counted: Counted::new(),
         }
     }
 

@@ -24,6 +24,8 @@ mod completion;
 mod config;
 mod connect;
 mod core;
+mod counters;
+mod counters_of;
 mod doorbell;
 mod expose;
 mod flights;
@@ -53,6 +55,7 @@ pub use config::{
 };
 pub use connect::QpAttributes;
 pub use core::Engine;
+pub use counters::{EngineCounters, PortCounters, QpCounters, STATUS_SLOTS};
 pub use doorbell::RawSend;
 pub use doorbell::Verbs;
 pub use expose::Exposing;
