@@ -24,7 +24,8 @@ pub const STATUS_SLOTS: usize = 25;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QpCounters {
     /// Send-queue requests posted (Sends, Writes, Reads, atomics, binds;
-    /// prepared, inline and a lane's included).
+    /// prepared, inline and a lane's included; raw posts, whose ids the
+    /// engine does not keep, are not).
     pub sends_posted: u64,
     /// Send-queue requests handed back: completed, unsignaled ones with
     /// the signaled one that completes them, failed and flushed ones too.
