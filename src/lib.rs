@@ -59,10 +59,11 @@ pub mod transfer;
 pub use device::{devices, AsyncEvent, Context, DeviceInfo, GidEntry};
 pub use endpoint::{Endpoint, Mtu, RemoteRegion};
 pub use engine::{
-    AhId, Completion, CompletionRef, ConnectOptions, Engine, EngineConfig, Exposing,
-    KeepaliveTable, Lane, LanePoll, PathInfo, PostError, Poster, Prepared, PreparedHandle,
-    PreparedRecv, PreparedSend, QpAttributes, QpConfig, QpId, QpState, Queue, RawSend, SrqConfig,
-    Transport, UdDest, DEFAULT_QKEY, MAX_CHAIN, RAW_ID_LIMIT,
+    AhId, Completion, CompletionRef, ConnectOptions, Engine, EngineConfig, EngineCounters,
+    Exposing, KeepaliveTable, Lane, LanePoll, PathInfo, PortCounters, PostError, Poster, Prepared,
+    PreparedHandle, PreparedRecv, PreparedSend, QpAttributes, QpConfig, QpCounters, QpId, QpState,
+    Queue, RawSend, SrqConfig, Transport, UdDest, DEFAULT_QKEY, MAX_CHAIN, RAW_ID_LIMIT,
+    STATUS_SLOTS,
 };
 pub use error::{Error, ErrorKind};
 pub use gid::Gid;

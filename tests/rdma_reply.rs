@@ -10,8 +10,9 @@
 mod support;
 
 use verbs::{
-    Engine, EngineConfig, ErrorKind, HostBuf, Local, MemoryRegion, ProtectionDomain, QpConfig,
-    QpId, QpState, Queue, RecvRequest, RemoteSlice, SendOp, SendRequest, SrqConfig,
+    Engine, EngineConfig, ErrorKind, HostBuf, Local, MemoryRegion, PortCounters, ProtectionDomain,
+    QpConfig, QpCounters, QpId, QpState, Queue, RecvRequest, RemoteSlice, SendOp, SendRequest,
+    SrqConfig,
 };
 
 const MSG: usize = 16;
@@ -145,6 +146,41 @@ fn a_server_replies_and_refills_its_receives_from_its_poll_callback() {
             .unwrap();
     }
     assert_eq!(server.in_flight(s).unwrap(), (0, 0));
+
+    // The counters saw it all: every reply posted and handed back, every
+    // request a shared receive on `s` with its bytes, no error.
+    let rounds = u64::from(ROUNDS);
+    let on_s = server.qp_counters(s).unwrap();
+    assert_eq!(
+        on_s,
+        QpCounters {
+            sends_posted: rounds,
+            sends_completed: rounds,
+            recvs_posted: 0,
+            recvs_completed: 0,
+            srq_recvs: rounds,
+            errors: 0,
+            bytes_received: rounds * MSG as u64,
+        }
+    );
+    let all = server.counters();
+    assert_eq!((all.qps, all.live_qps, all.srq_posted), (on_s, 1, 4));
+    assert!(all.errors_by_status.iter().all(|&n| n == 0));
+    let at_c = client.qp_counters(c).unwrap();
+    assert_eq!(
+        (at_c.sends_posted, at_c.recvs_completed, at_c.bytes_received),
+        (rounds, rounds, rounds * MSG as u64)
+    );
+    // A removed queue pair's counts stay in its engine's.
+    server.remove_qp(s).unwrap();
+    assert_eq!(server.counters().qps, on_s);
+    assert_eq!(server.counters().live_qps, 0);
+    // rxe exposes its RNR and retry counters per port.
+    let port = PortCounters::read(&ctx, 1);
+    assert!(
+        port.rnr_naks_received.is_some() && port.retries_exceeded.is_some(),
+        "{port:?}"
+    );
 }
 
 /// A receive posted again from its own callback, with the same buffer,

@@ -40,7 +40,12 @@ pub(super) fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
                     break;
                 }
                 let at = posted as usize;
-                stamps.posted[at..at + n as usize].fill(ticks());
+                let stamps_now = stamps.posted.get_mut(at..at + n as usize);
+                match stamps_now.ok_or_else(no_stamp)? {
+                    // One request: one store, not a fill loop.
+                    [one] => *one = ticks(),
+                    many => many.fill(ticks()),
+                }
                 let k = lane.posted;
                 if let Some(source) = lane.ping {
                     if n > 1 {

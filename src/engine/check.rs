@@ -8,6 +8,7 @@ use crate::sys::ibv_wc_opcode as WcOpcode;
 use crate::wr::{RemoteSlice, SendOp};
 
 use super::config::Transport;
+use super::doorbell::check_atomic_result;
 use super::qp_slot::{QpSlot, QpState};
 
 /// The opcode a successful completion of `op` reports.
@@ -30,6 +31,36 @@ pub(crate) fn check_send<Q>(
     local_len: u64,
     inline: bool,
 ) -> Result<(), Error> {
+    check_send_on(SendLimits::of(slot), op, local_len, inline)
+}
+
+/// What [`check_send_on`] checks a send against: copied out of the slot,
+/// so a post can check once it knows the length (`Sgl::build`), while it
+/// holds the slot's queue.
+#[derive(Clone, Copy)]
+pub(crate) struct SendLimits {
+    transport: Transport,
+    max_inline_data: u32,
+}
+
+impl SendLimits {
+    #[inline(always)]
+    pub(crate) fn of<Q>(slot: &QpSlot<Q>) -> SendLimits {
+        SendLimits {
+            transport: slot.transport,
+            max_inline_data: slot.caps.max_inline_data,
+        }
+    }
+}
+
+/// [`check_send`] against `limits`.
+#[inline]
+pub(crate) fn check_send_on(
+    limits: SendLimits,
+    op: &SendOp,
+    local_len: u64,
+    inline: bool,
+) -> Result<(), Error> {
     let remote = |r: &RemoteSlice| {
         if local_len > r.len {
             return Err(Error::invalid(site!(
@@ -43,12 +74,14 @@ pub(crate) fn check_send<Q>(
     match op {
         SendOp::Write(r) | SendOp::WriteImm(r, _) => remote(r)?,
         SendOp::Read(r) => {
-            refuse_on_uc(slot.transport)?;
+            refuse_on_uc(limits.transport)?;
             remote(r)?
         }
         SendOp::Send | SendOp::SendImm(_) => {}
         SendOp::FetchAdd { remote, .. } | SendOp::CompareSwap { remote, .. } => {
-            refuse_on_uc(slot.transport)?;
+            refuse_on_uc(limits.transport)?;
+            // The result lands in the local buffer: exactly one word.
+            check_atomic_result(op, local_len)?;
             if remote.addr % 8 != 0 || remote.len < 8 {
                 return Err(Error::invalid(site!(
                     "post_send(atomic)",
@@ -59,7 +92,7 @@ pub(crate) fn check_send<Q>(
         }
     }
     if inline {
-        let too_long = local_len > u64::from(slot.caps.max_inline_data);
+        let too_long = local_len > u64::from(limits.max_inline_data);
         let no_data_out = matches!(
             op,
             SendOp::Read(_) | SendOp::FetchAdd { .. } | SendOp::CompareSwap { .. }

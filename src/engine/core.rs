@@ -13,6 +13,7 @@ use crate::memory::NicBuf;
 use super::ah_table::AhTable;
 use super::bind_table::BindTable;
 use super::config::Queue;
+use super::counters::Counted;
 use super::doorbell::{Provider, Verbs};
 use super::flights::Flights;
 use super::id::MAX_QPS;
@@ -86,6 +87,8 @@ pub struct Engine<B, P: Provider = Verbs> {
     /// (`adopt.rs`): made with the first, read only through this engine.
     #[cfg(feature = "rdmacm")]
     pub(crate) cm_channel: Option<alloc::sync::Arc<crate::raw::cm::RawCmChannel>>,
+    /// What its counters keep beside the slots (`counters.rs`).
+    pub(crate) counted: Counted,
 }
 
 impl<B: NicBuf, P: Provider> Engine<B, P> {
@@ -131,6 +134,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             binds: BindTable::new(),
             #[cfg(feature = "rdmacm")]
             cm_channel: None,
+            counted: Counted::new(),
         }
     }
 

@@ -150,7 +150,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             None => None,
         };
         let wrs = LaneWrs::new(send_wr, recv_wr);
-        let slot = core::mem::replace(&mut self.qps[qp as usize], QpSlot::lent_to_lane());
+        let lent = QpSlot::lent_to_lane(&self.qps[qp as usize]);
+        let slot = core::mem::replace(&mut self.qps[qp as usize], lent);
         Ok(Lane {
             engine: self,
             slot,

@@ -27,6 +27,8 @@ mod completion;
 mod config;
 mod connect;
 mod core;
+mod counters;
+mod counters_of;
 mod doorbell;
 mod expose;
 mod flights;
@@ -57,6 +59,7 @@ pub use config::{
 };
 pub use connect::QpAttributes;
 pub use core::Engine;
+pub use counters::{EngineCounters, PortCounters, QpCounters, STATUS_SLOTS};
 pub use doorbell::RawSend;
 pub use doorbell::Verbs;
 pub use expose::Exposing;

@@ -229,6 +229,10 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 }
                 if wc.status != WcStatus::SUCCESS {
                     slot.set_state(QpState::ERR); // every later request will flush
+                    slot.tally.errors += 1;
+                    self.counted.error(wc.status);
+                } else if recv {
+                    slot.tally.bytes_received += u64::from(wc.byte_len);
                 }
                 let id = QpId {
                     engine: self.id,
@@ -280,9 +284,19 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 };
                 let mut kept = Retired::bare(tag, WcOpcode::RECV);
                 self.flights[usize::from(side)].hold(&mut kept, sgl);
+                if let Some(q) = qp {
+                    let slot = &mut self.qps[q.index as usize];
+                    slot.tally.srq_recvs += 1;
+                    if wc.status == WcStatus::SUCCESS {
+                        slot.tally.bytes_received += u64::from(wc.byte_len);
+                    }
+                }
                 if wc.status != WcStatus::SUCCESS {
+                    self.counted.error(wc.status);
                     if let Some(q) = qp {
-                        self.qps[q.index as usize].set_state(QpState::ERR);
+                        let slot = &mut self.qps[q.index as usize];
+                        slot.set_state(QpState::ERR);
+                        slot.tally.errors += 1;
                     }
                 }
                 if kept.more == NONE {
@@ -304,8 +318,11 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             WrId::Raw(_) => {
                 let qp = self.by_qp_num(wc.qp_num);
                 if wc.status != WcStatus::SUCCESS {
+                    self.counted.error(wc.status);
                     if let Some(q) = qp {
-                        self.qps[q.index as usize].set_state(QpState::ERR);
+                        let slot = &mut self.qps[q.index as usize];
+                        slot.set_state(QpState::ERR);
+                        slot.tally.errors += 1;
                     }
                 }
                 on_done(CompletionRef {

@@ -9,8 +9,8 @@ use crate::memory::NicBuf;
 use crate::wr::{RecvRequest, SendOp, SendRequest};
 
 use super::check::{
-    cannot_recv, cannot_send_on, check_send, completes_as, engine_full, post_hint,
-    ud_recv_too_short, MIN_UD_RECV,
+    cannot_recv, cannot_send_on, check_send, check_send_on, completes_as, engine_full, post_hint,
+    ud_recv_too_short, SendLimits, MIN_UD_RECV,
 };
 use super::config::Transport;
 use super::core::Engine;
@@ -69,13 +69,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 request: req,
             });
         }
-        if let Err(error) = check_send(slot, &req.op, req.sgl.total_len() as u64, req.flags.inline)
-        {
-            return Err(PostError {
-                error,
-                request: req,
-            });
-        }
+        let limits = SendLimits::of(slot);
         let mut run = slot.unsignaled_run;
         let asked = req.flags.signaled || flights.crowded(0);
         let signaled = signal_decision(&mut run, slot.send.half(), asked, 0);
@@ -97,6 +91,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             unreachable_vacant()
         };
         let max_sge = slot.caps.max_send_sge;
+        // Checked once the list is built, with the length it adds up to.
+        let check = |op: &SendOp, total: u64| check_send_on(limits, op, total, f.inline);
         let result = doorbell::send_one(
             prov,
             handle,
@@ -105,6 +101,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             &mut slot.send,
             max_sge,
             one,
+            check,
         );
         match result {
             Ok(()) => {

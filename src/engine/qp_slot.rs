@@ -67,6 +67,16 @@ impl Default for QpInfo {
     }
 }
 
+/// What a queue pair's completions count that its queues' windows do not
+/// (see `counters.rs`): written by the router only, the errors on its cold
+/// path.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Tally {
+    pub(crate) errors: u64,
+    pub(crate) srq_recvs: u64,
+    pub(crate) bytes_received: u64,
+}
+
 /// One queue pair's bookkeeping. `Q` is the provider's handle.
 pub(crate) struct QpSlot<Q> {
     /// `None` while the slot is vacant.
@@ -93,6 +103,8 @@ pub(crate) struct QpSlot<Q> {
     /// What the device granted (scatter/gather entries, inline data).
     pub(crate) caps: sys::ibv_qp_cap,
     pub(crate) info: QpInfo,
+    /// What its completions counted beyond its queues' windows.
+    pub(crate) tally: Tally,
 }
 
 impl<Q> QpSlot<Q> {
@@ -123,6 +135,7 @@ impl<Q> QpSlot<Q> {
             lane_out: false,
             caps,
             info,
+            tally: Tally::default(),
         }
     }
 
@@ -143,14 +156,20 @@ impl<Q> QpSlot<Q> {
             lane_out: false,
             caps: sys::ibv_qp_cap::default(),
             info: QpInfo::default(),
+            tally: Tally::default(),
         }
     }
 
-    /// What stands in the engine for a slot a lane holds: vacant (no
-    /// completion matches it, no call reaches it) and never reused.
-    pub(crate) fn lent_to_lane() -> Self {
+    /// What stands in the engine for `slot` while a lane holds it: vacant
+    /// (no completion matches it, no call reaches it) and never reused,
+    /// with what it had counted (`counters.rs`: a forgotten lane's queue
+    /// pair keeps its counts).
+    pub(crate) fn lent_to_lane(slot: &Self) -> Self {
         QpSlot {
             lane_out: true,
+            send: slot.send.counts_only(),
+            recv: slot.recv.counts_only(),
+            tally: slot.tally,
             ..Self::new_vacant()
         }
     }

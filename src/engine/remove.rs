@@ -9,7 +9,7 @@ use crate::memory::NicBuf;
 use super::completion::CompletionRef;
 use super::core::{vacant_slot, Engine};
 use super::doorbell::Provider;
-use super::qp_slot::{QpId, QpState, UD_GENERATION, VACANT};
+use super::qp_slot::{QpId, QpState, Tally, UD_GENERATION, VACANT};
 use super::ring::Ring;
 
 impl<B: NicBuf, P: Provider> Engine<B, P> {
@@ -53,6 +53,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             // pair may still complete them) and the prepared requests, and
             // never reuse the index (the live queue pair may still complete).
             let mut dead = core::mem::replace(&mut self.qps[index as usize], vacant_slot());
+            self.counted.retire_slot(&dead);
             self.flights[0].leak_chain(&mut dead.send);
             self.flights[self.recv_side].leak_chain(&mut dead.recv);
             core::mem::forget(dead);
@@ -83,6 +84,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// handle of it matches the slot any more, and its index can be reused.
     fn vacate(&mut self, index: u32) {
         let slot = &mut self.qps[index as usize];
+        self.counted.retire_slot(slot);
+        slot.tally = Tally::default();
         // Nothing is left but after a callback unwound mid-hand-back (the
         // router handed back the rest); the device is done with it anyway.
         self.flights[0].release_chain(&mut slot.send);

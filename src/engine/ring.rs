@@ -27,6 +27,9 @@ pub(crate) struct Ring {
     /// flight and the queue is not a lane's (a lane's posts only count).
     pub(super) first: u32,
     pub(super) last: u32,
+    /// The first sequence number: what the queue counts from
+    /// (`Ring::posted`, `Ring::completed`).
+    start: u64,
 }
 
 impl Ring {
@@ -42,6 +45,7 @@ impl Ring {
             half: capacity.div_ceil(2) as u64,
             first: NONE,
             last: NONE,
+            start,
         }
     }
 
@@ -113,5 +117,30 @@ impl Ring {
         let n = self.through(seq);
         self.head += n;
         n
+    }
+
+    /// Requests posted since the queue was made.
+    pub(crate) fn posted(&self) -> u64 {
+        self.tail.wrapping_sub(self.start)
+    }
+
+    /// Requests retired (completed, or handed back as flushed) since the
+    /// queue was made.
+    pub(crate) fn completed(&self) -> u64 {
+        self.head.wrapping_sub(self.start)
+    }
+
+    /// A queue that holds nothing and counts what this one has counted
+    /// (`Ring::posted`, `Ring::completed`): a lane's placeholder's.
+    pub(crate) fn counts_only(&self) -> Ring {
+        Ring {
+            head: self.head,
+            tail: self.tail,
+            capacity: 0,
+            half: 0,
+            first: NONE,
+            last: NONE,
+            start: self.start,
+        }
     }
 }

@@ -50,7 +50,8 @@ use crate::wr::SendOp;
 
 use super::flights::{Flights, NOT_PREPARED};
 use super::ring::Ring;
-use build::{check_atomic_result, send_wr};
+pub(crate) use build::check_atomic_result;
+use build::send_wr;
 
 pub(crate) use build::{send_flags, SendMeta};
 pub(crate) use lane_wr::LaneWrs;
@@ -74,7 +75,9 @@ pub(crate) struct OwnSend<'a, B> {
 
 /// Posts one send on `qp` and records it at the tail of `ring`, its
 /// buffers moved into `flights`: [`send`] without a chain to count, clear
-/// and walk. The caller checked the room (the queue's and the table's).
+/// and walk. The caller checked the room (the queue's and the table's);
+/// `check` checks the operation on the length its list adds up to, once
+/// built (nothing is posted if it refuses).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)] // one per part of the post; inlined into two callers
 pub(crate) fn send_one<B: NicBuf, P: Provider>(
@@ -85,10 +88,12 @@ pub(crate) fn send_one<B: NicBuf, P: Provider>(
     ring: &mut Ring,
     max_sge: u32,
     s: OwnSend<'_, B>,
+    check: impl FnOnce(&SendOp, u64) -> Result<(), Error>,
 ) -> Result<(), Error> {
     let mut sges = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SGE];
     let (num, total) = s.sgl.build(max_sge, &mut sges)?;
-    check_atomic_result(s.op, total)?;
+    // An atomic's result length too.
+    check(s.op, total)?;
     let flags = send_flags(s.meta.signaled, s.fence, s.solicited, s.inline);
     let mut wr = send_wr(
         s.op,

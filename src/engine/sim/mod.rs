@@ -20,6 +20,7 @@ mod alloc_count;
 #[cfg(test)]
 mod binds;
 mod callback_posts;
+mod counted;
 pub(crate) mod device;
 mod drain;
 mod forge;

@@ -152,3 +152,59 @@ fn plain_window() {
     }
     assert!(b.spare.is_some());
 }
+
+/// The checks `post_send` makes once the list is built (`send_one`'s
+/// `check`): a Write longer than its remote slice and an atomic whose
+/// result buffer is not one word are refused with the request given back,
+/// nothing posted, no entry taken.
+#[test]
+fn post_send_refuses_what_its_built_list_does_not_fit() {
+    let mut engine: Engine<Fat, Stub> =
+        Engine::assemble(Stub::new(0x111), (), 256, None, None, false);
+    let qp = one_qp(&mut engine, 0x111, 8);
+    let buf = |len| Fat {
+        base: NonZeroU64::MIN,
+        offset: 0,
+        len,
+        slot: 3,
+    };
+    let room = engine.flights[0].available();
+    let short = RemoteSlice::unchecked(1 << 40, 4, 9);
+    let word = RemoteSlice::unchecked(1 << 40, 8, 9);
+    let refused = [
+        SendRequest::new(SendOp::Write(short), Local::whole(buf(8))),
+        SendRequest::new(
+            SendOp::FetchAdd {
+                remote: word,
+                add: 1,
+            },
+            Local::whole(buf(4)),
+        ),
+        SendRequest::new(
+            SendOp::CompareSwap {
+                remote: word,
+                compare: 0,
+                swap: 1,
+            },
+            Local::whole(buf(16)),
+        ),
+    ];
+    for req in refused {
+        let e = engine.post_send(qp, req).expect_err("refused");
+        assert_eq!(e.error.kind(), crate::error::ErrorKind::InvalidArgument);
+        assert_eq!(e.request.sgl.len(), 1, "the request comes back whole");
+    }
+    assert_eq!(engine.prov.posts, 0, "nothing posted");
+    assert_eq!(engine.flights[0].available(), room, "no entry taken");
+    assert_eq!(engine.in_flight(qp).unwrap(), (0, 0));
+    // What fits is posted.
+    let fits = SendRequest::new(
+        SendOp::FetchAdd {
+            remote: word,
+            add: 1,
+        },
+        Local::whole(buf(8)),
+    );
+    engine.post_send(qp, fits).map_err(|e| e.error).unwrap();
+    assert_eq!(engine.in_flight(qp).unwrap(), (1, 0));
+}

@@ -71,13 +71,18 @@ pub(crate) fn run(plan: Plan) -> Report {
     for _ in 0..1 + run.rng.below(4) {
         run.add_qp();
     }
+    let mut counted = run.engine.counters();
     for _ in 0..plan.ops {
         run.step();
         model::check_violations(run.seed, run.step);
         run.check_not_wedged();
+        counted = run.check_counters(&counted);
     }
     run.report.ops = plan.ops;
     drain(&mut run);
+    // Drained (what is still in flight is a leaked queue pair's: a failed
+    // destroy, a forgotten lane).
+    run.check_counters(&counted);
     let mut report = run.report;
     report.posts = run.engine.prov.dev.posts;
     // Teardown destroys succeed: the leaks to account for are the ones

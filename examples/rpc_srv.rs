@@ -1,0 +1,164 @@
+//! A request/response server's loop, as a service writes it with this
+//! crate: an `Engine` with a shared receive queue, one RC queue pair on it,
+//! and a poll callback that answers each request from inside the poll
+//! (`CompletionRef::reply`) and posts the request's buffer back to the
+//! shared receive queue (`poster().post_srq_recv`). `tests/softroce/critpath
+//! rpc_srv` counts its loop per request against `tests/softroce/rpc_srv.c`,
+//! the same loop in C with the same verbs; that program's client role drives
+//! both (28 bytes each way over TCP: QPN, PSN, MTU code, GID).
+//!
+//! ```text
+//! rpc_srv -p PORT -n N      serve N requests of the one client, then exit
+//! ```
+//!
+//! Per request: the receive's completion, its 8-byte id copied into a
+//! reply buffer from a pool, the reply posted unsignaled (the engine asks
+//! for a completion every half queue, handing the replies' buffers back to
+//! the pool), the receive's buffer posted again.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+
+use verbs::{
+    Arena, ArenaBuf, ArenaConfig, Context, Endpoint, Engine, EngineConfig, Error, Gid, HostBuf,
+    Local, Mtu, ProtectionDomain, QpConfig, RecvRequest, SendOp, SendRequest, SrqConfig,
+};
+
+const MSG: usize = 32;
+const SRQ_DEPTH: u32 = 16;
+const SEND_DEPTH: u32 = 64;
+
+fn usage() -> ! {
+    eprintln!("usage: rpc_srv -p PORT -n N");
+    std::process::exit(2)
+}
+
+fn main() -> Result<(), Error> {
+    let (mut port, mut n) = (18515u16, 1000u64);
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next().unwrap_or_else(|| usage());
+        match flag.as_str() {
+            "-p" => port = value.parse().unwrap_or_else(|_| usage()),
+            "-n" => n = value.parse().unwrap_or_else(|_| usage()),
+            _ => usage(),
+        }
+    }
+    let ctx = Context::open(None)?;
+    let pd = ProtectionDomain::new(&ctx)?;
+    let mut arena = Arena::new(
+        &pd,
+        &ArenaConfig {
+            capacity: 1 << 20,
+            max_buffers: SRQ_DEPTH + SEND_DEPTH + 64,
+            ..ArenaConfig::default()
+        },
+    )?;
+    let config = EngineConfig {
+        cq_depth: Some(SRQ_DEPTH + SEND_DEPTH),
+        srq: Some(SrqConfig {
+            max_wr: SRQ_DEPTH,
+            max_sge: 1,
+        }),
+        ..EngineConfig::default()
+    };
+    let mut engine: Engine<ArenaBuf> = Engine::new(&pd, &config)?;
+    let qp = engine.add_qp(&QpConfig {
+        max_send_wr: SEND_DEPTH,
+        max_recv_wr: 0,
+        max_sge: 1,
+        ..QpConfig::default()
+    })?;
+    for _ in 0..SRQ_DEPTH {
+        engine
+            .post_srq_recv(RecvRequest::new(arena.alloc(MSG)?))
+            .map_err(|e| e.error)?;
+    }
+    let mut pool: Vec<ArenaBuf> = Vec::with_capacity(SEND_DEPTH as usize);
+    for _ in 0..SEND_DEPTH {
+        pool.push(arena.alloc(MSG)?);
+    }
+
+    // The endpoint exchange (rpc_srv.c's wire): the client's, then ours
+    // once our queue pair is ready for its first request.
+    let listener = TcpListener::bind(("0.0.0.0", port)).unwrap_or_else(io);
+    let (mut stream, _) = listener.accept().unwrap_or_else(io);
+    let mut wire = [0u8; 28];
+    stream.read_exact(&mut wire).unwrap_or_else(io);
+    let word = |at: usize| u32::from_le_bytes(wire[at..at + 4].try_into().expect("4 bytes"));
+    let mut gid = [0u8; 16];
+    gid.copy_from_slice(&wire[12..]);
+    let peer = Endpoint {
+        qpn: word(0),
+        psn: word(4),
+        lid: 0,
+        gid: Gid::from(gid),
+        mtu: Mtu(word(8)),
+        regions: Vec::new(),
+    };
+    let ours = engine.endpoint(qp)?;
+    engine.connect(qp, &peer)?;
+    let mut reply = [0u8; 28];
+    reply[0..4].copy_from_slice(&ours.qpn.to_le_bytes());
+    reply[4..8].copy_from_slice(&ours.psn.to_le_bytes());
+    reply[8..12].copy_from_slice(&ours.mtu.0.to_le_bytes());
+    reply[12..].copy_from_slice(&<[u8; 16]>::from(ours.gid));
+    stream.write_all(&reply).unwrap_or_else(io);
+
+    let mut replies = 0u64;
+    let mut failed = None;
+    while replies < n {
+        engine.poll(|mut c| {
+            if let Err(e) = c.result() {
+                failed.get_or_insert(e);
+                return;
+            }
+            let Some(buf) = c.take_buf() else { return };
+            if !c.is_recv() {
+                pool.push(buf); // a reply went out
+                return;
+            }
+            let Some(mut out) = pool.pop() else {
+                failed.get_or_insert(no_reply_buffer());
+                return;
+            };
+            let mut id = [0u8; 8];
+            if let Err(e) = buf.read_at(0, &mut id).and_then(|()| out.write_at(0, &id)) {
+                failed.get_or_insert(e);
+                return;
+            }
+            let local = match Local::range(out, 0, MSG) {
+                Ok(l) => l,
+                Err((e, _)) => {
+                    failed.get_or_insert(e);
+                    return;
+                }
+            };
+            if let Err(e) = c.reply(SendRequest::new(SendOp::Send, local).unsignaled()) {
+                failed.get_or_insert(e.error);
+                return;
+            }
+            replies += 1;
+            if let Err(e) = c.poster().post_srq_recv(RecvRequest::new(buf)) {
+                failed.get_or_insert(e.error);
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+fn io<T>(e: std::io::Error) -> T {
+    eprintln!("rpc_srv: {e}");
+    std::process::exit(1)
+}
+
+#[cold]
+fn no_reply_buffer() -> Error {
+    Error::new(
+        verbs::site!("rpc_srv", "every reply buffer is in flight"),
+        verbs::ErrorKind::QueueFull,
+    )
+}
