@@ -7,36 +7,14 @@
 use std::fmt::Write;
 use std::path::Path;
 
-use verbs::WcStatus;
-
-/// Statuses counted by name; any other lands in the last bucket.
-const STATUSES: usize = 32;
-
-/// One engine's traffic, counted by its poll loop.
-#[derive(Clone, Default)]
-pub struct EngineCounts {
-    /// Work requests posted (responses and receives).
-    pub posts: u64,
-    /// Completions handed back by polls.
-    pub completions: u64,
-    /// Failed completions, by WC status value (the last bucket: any
-    /// status at or past it).
-    pub errors: [u64; STATUSES],
-    /// Bytes received in requests and sent in responses.
-    pub bytes: u64,
-}
-
-impl EngineCounts {
-    #[inline]
-    pub fn failed(&mut self, status: WcStatus) {
-        self.errors[(status.0 as usize).min(STATUSES - 1)] += 1;
-    }
-}
+use verbs::{EngineCounters, WcStatus, STATUS_SLOTS};
 
 /// One shard's counts: its engine's and its service's.
 #[derive(Clone, Default)]
 pub struct ShardCounts {
-    pub engine: EngineCounts,
+    /// The shard's engine's own counters (`Engine::counters`), read when
+    /// the shard publishes.
+    pub engine: EngineCounters,
     pub requests: u64,
     pub malformed: u64,
     pub too_large: u64,
@@ -53,13 +31,19 @@ type Field = fn(&ShardCounts) -> u64;
 impl ShardCounts {
     /// Adds `other`'s counts to these.
     pub fn add(&mut self, other: &ShardCounts) {
-        let e = &mut self.engine;
-        e.posts += other.engine.posts;
-        e.completions += other.engine.completions;
-        e.bytes += other.engine.bytes;
-        for (sum, n) in e.errors.iter_mut().zip(other.engine.errors) {
+        let (e, o) = (&mut self.engine, &other.engine);
+        e.qps.sends_posted += o.qps.sends_posted;
+        e.qps.sends_completed += o.qps.sends_completed;
+        e.qps.recvs_posted += o.qps.recvs_posted;
+        e.qps.recvs_completed += o.qps.recvs_completed;
+        e.qps.srq_recvs += o.qps.srq_recvs;
+        e.qps.errors += o.qps.errors;
+        e.qps.bytes_received += o.qps.bytes_received;
+        for (sum, n) in e.errors_by_status.iter_mut().zip(o.errors_by_status) {
             *sum += n;
         }
+        e.live_qps += o.live_qps;
+        e.srq_posted += o.srq_posted;
         self.requests += other.requests;
         self.malformed += other.malformed;
         self.too_large += other.too_large;
@@ -91,16 +75,32 @@ pub fn render(shards: &[ShardCounts], device: &str, port: u8, hw: &[(String, u64
             .map(|(i, s)| (format!("shard=\"{i}\""), f(s)))
             .collect()
     };
-    let counters: [(&str, &str, Field); 11] = [
-        ("verbs_posts_total", "Work requests posted.", |s| {
-            s.engine.posts
-        }),
-        ("verbs_completions_total", "Completions polled.", |s| {
-            s.engine.completions
-        }),
-        ("verbs_bytes_total", "Bytes received and sent.", |s| {
-            s.engine.bytes
-        }),
+    let counters: [(&str, &str, Field); 14] = [
+        (
+            "verbs_sends_posted_total",
+            "Send-queue requests posted (responses, keepalives).",
+            |s| s.engine.qps.sends_posted,
+        ),
+        (
+            "verbs_sends_completed_total",
+            "Send-queue requests handed back.",
+            |s| s.engine.qps.sends_completed,
+        ),
+        (
+            "verbs_recvs_completed_total",
+            "Receives handed back (own queues and the shared one).",
+            |s| s.engine.qps.recvs_completed + s.engine.qps.srq_recvs,
+        ),
+        (
+            "verbs_bytes_received_total",
+            "Bytes of the receives handed back.",
+            |s| s.engine.qps.bytes_received,
+        ),
+        (
+            "verbs_srq_posted",
+            "Receives waiting on the shared receive queue.",
+            |s| s.engine.srq_posted,
+        ),
         ("rpc_requests_total", "Requests received.", |s| s.requests),
         ("rpc_malformed_total", "Requests answered MALFORMED.", |s| {
             s.malformed
@@ -123,6 +123,9 @@ pub fn render(shards: &[ShardCounts], device: &str, port: u8, hw: &[(String, u64
             |s| s.silent_gone,
         ),
         ("rpc_connections", "Connections held.", |s| s.conns),
+        ("verbs_queue_pairs", "Queue pairs the engine holds.", |s| {
+            s.engine.live_qps
+        }),
     ];
     for (name, help, f) in counters {
         let kind = if name.ends_with("_total") {
@@ -134,10 +137,10 @@ pub fn render(shards: &[ShardCounts], device: &str, port: u8, hw: &[(String, u64
     }
     let mut errors = Vec::new();
     for (i, s) in shards.iter().enumerate() {
-        for (value, &count) in s.engine.errors.iter().enumerate() {
+        for (value, &count) in s.engine.errors_by_status.iter().enumerate() {
             let status = WcStatus(value as u32);
             if count > 0 && status != WcStatus::SUCCESS {
-                let name = match (value < STATUSES - 1, status.name()) {
+                let name = match (value < STATUS_SLOTS - 1, status.name()) {
                     (true, Some(name)) => name.to_string(),
                     _ => format!("OTHER_{}", value),
                 };
@@ -216,22 +219,21 @@ mod tests {
             conns: 2,
             ..ShardCounts::default()
         };
-        a.engine.posts = 10;
-        a.engine.failed(WcStatus::RETRY_EXC_ERR);
-        a.engine.failed(WcStatus::RETRY_EXC_ERR);
-        a.engine.failed(WcStatus(4000));
+        a.engine.qps.sends_posted = 10;
+        a.engine.errors_by_status[WcStatus::RETRY_EXC_ERR.0 as usize] = 2;
+        a.engine.errors_by_status[STATUS_SLOTS - 1] = 1;
         let b = ShardCounts::default();
         let hw = vec![("rcvd_rnr_err".to_string(), 3)];
         let text = render(&[a, b], "rxe0", 1, &hw);
         for line in [
-            "# TYPE verbs_posts_total counter",
-            "verbs_posts_total{shard=\"0\"} 10",
-            "verbs_posts_total{shard=\"1\"} 0",
+            "# TYPE verbs_sends_posted_total counter",
+            "verbs_sends_posted_total{shard=\"0\"} 10",
+            "verbs_sends_posted_total{shard=\"1\"} 0",
             "rpc_requests_total{shard=\"0\"} 5",
             "# TYPE rpc_connections gauge",
             "rpc_connections{shard=\"0\"} 2",
             "verbs_completion_errors_total{shard=\"0\",status=\"RETRY_EXC_ERR\"} 2",
-            "verbs_completion_errors_total{shard=\"0\",status=\"OTHER_31\"} 1",
+            "verbs_completion_errors_total{shard=\"0\",status=\"OTHER_24\"} 1",
             "verbs_port_hw_counter{device=\"rxe0\",port=\"1\",counter=\"rcvd_rnr_err\"} 3",
         ] {
             assert!(

@@ -139,7 +139,7 @@ mod tests {
         let mut rendered = false;
         let _ = answer(stream, || {
             rendered = true;
-            "verbs_posts_total{shard=\"0\"} 1\n".into()
+            "verbs_sends_posted_total{shard=\"0\"} 1\n".into()
         });
         (client.join().unwrap(), rendered)
     }
@@ -154,7 +154,7 @@ mod tests {
             "{ok}"
         );
         assert!(
-            ok.ends_with("\r\n\r\nverbs_posts_total{shard=\"0\"} 1\n"),
+            ok.ends_with("\r\n\r\nverbs_sends_posted_total{shard=\"0\"} 1\n"),
             "{ok}"
         );
         for (request, status) in [
@@ -172,7 +172,7 @@ mod tests {
                 got.starts_with(&format!("HTTP/1.0 {status}")),
                 "{request:?}: {got}"
             );
-            assert!(!got.contains("verbs_posts_total"), "{got}");
+            assert!(!got.contains("verbs_sends_posted_total"), "{got}");
         }
     }
 

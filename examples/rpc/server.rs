@@ -240,10 +240,7 @@ pub fn respond(
         return Err(buf);
     }
     match Local::range(buf, at, HEADER + len) {
-        Ok(local) => {
-            n.engine.bytes += (HEADER + len) as u64;
-            Ok(SendRequest::new(SendOp::Send, local))
-        }
+        Ok(local) => Ok(SendRequest::new(SendOp::Send, local)),
         Err((_, buf)) => Err(buf),
     }
 }

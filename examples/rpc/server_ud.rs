@@ -90,10 +90,6 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
         let now = Instant::now();
         let got = engine.poll(|mut c| {
             let ok = c.status() == WcStatus::SUCCESS;
-            n.engine.completions += 1;
-            if !ok {
-                n.engine.failed(c.status());
-            }
             let (is_recv, from_qp, len, at) = (
                 c.is_recv(),
                 c.src_qp(),
@@ -103,7 +99,7 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
             let Some(buf) = c.take_buf() else { return };
             if !ok || !is_recv || at != GRH_LEN {
                 n.dropped += u64::from(!ok);
-                recv_again(&mut c, qp, buf, &mut free, &mut n);
+                recv_again(&mut c, qp, buf, &mut free);
                 return;
             }
             let mut grh = [0u8; GRH_LEN];
@@ -113,14 +109,13 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 .and_then(|()| Grh::from_bytes(&grh))
                 .and_then(|g| g.source_gid());
             let Some(from) = from else {
-                recv_again(&mut c, qp, buf, &mut free, &mut n);
+                recv_again(&mut c, qp, buf, &mut free);
                 return;
             };
             n.requests += 1;
-            n.engine.bytes += (len - at) as u64;
             let req = match respond(buf, at, len - at, opts, &mut scratch, &mut n, &mut stop) {
                 Ok(req) => req,
-                Err(buf) => return recv_again(&mut c, qp, buf, &mut free, &mut n),
+                Err(buf) => return recv_again(&mut c, qp, buf, &mut free),
             };
             let Some(ah) = peers.known(from, now) else {
                 if first.len() < first.capacity() {
@@ -136,12 +131,9 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                 qpn: from_qp,
                 qkey: DEFAULT_QKEY,
             };
-            match c.poster().post_ud_send(qp, &dest, req) {
-                Ok(()) => n.engine.posts += 1,
-                Err(e) => {
-                    n.dropped += 1;
-                    free.extend(e.request.into_bufs());
-                }
+            if let Err(e) = c.poster().post_ud_send(qp, &dest, req) {
+                n.dropped += 1;
+                free.extend(e.request.into_bufs());
             }
         })?;
         if !first.is_empty() || polls % 512 == 0 {
@@ -169,12 +161,9 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
                     }
                     None => Err(req),
                 };
-                match sent {
-                    Ok(()) => n.engine.posts += 1,
-                    Err(req) => {
-                        n.dropped += 1;
-                        free.extend(req.into_bufs());
-                    }
+                if let Err(req) = sent {
+                    n.dropped += 1;
+                    free.extend(req.into_bufs());
                 }
             }
         }
@@ -182,12 +171,12 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
             if let Err(e) = engine.post_recv(qp, RecvRequest::new(buf)) {
                 return Err(format!("server: a receive was refused: {}", e.error).into());
             }
-            n.engine.posts += 1;
         }
         let slept = nap.after_poll(&engine, got)?;
         if polls % 512 == 0 || slept {
             accept(&server, &ours);
             n.conns = peers.len() as u64;
+            n.engine = engine.counters();
             if let Some(p) = &published {
                 p.publish(0, &n);
             }
@@ -214,11 +203,9 @@ fn recv_again(
     qp: QpId,
     buf: ArenaBuf,
     free: &mut Vec<ArenaBuf>,
-    n: &mut Counters,
 ) {
-    match c.poster().post_recv(qp, RecvRequest::new(buf)) {
-        Ok(()) => n.engine.posts += 1,
-        Err(e) => free.extend(e.request.into_bufs()),
+    if let Err(e) = c.poster().post_recv(qp, RecvRequest::new(buf)) {
+        free.extend(e.request.into_bufs());
     }
 }
 

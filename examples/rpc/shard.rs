@@ -93,10 +93,6 @@ pub fn run(
         let got = engine.poll(|mut c| {
             let qp = c.qp();
             let failed = c.status() != WcStatus::SUCCESS;
-            n.engine.completions += 1;
-            if failed {
-                n.engine.failed(c.status());
-            }
             let Some(buf) = c.take_buf() else {
                 // A keepalive (no buffer), or a receive whose buffer
                 // went with its queue pair.
@@ -113,7 +109,7 @@ pub fn run(
                 if failed {
                     mark_dead(&mut dead, qp);
                 }
-                recv_again(&mut c, buf, &mut free, &mut n);
+                recv_again(&mut c, buf, &mut free);
                 return;
             }
             if let Some(qp) = qp {
@@ -121,13 +117,9 @@ pub fn run(
             }
             n.requests += 1;
             let received = c.byte_len() as usize;
-            n.engine.bytes += received as u64;
             let refused = match respond(buf, 0, received, opts, &mut scratch, &mut n, &mut stop) {
                 Ok(response) => match c.reply(response) {
-                    Ok(()) => {
-                        n.engine.posts += 1;
-                        return;
-                    }
+                    Ok(()) => return,
                     Err(e) => {
                         n.dropped += 1;
                         e.request.into_bufs().next()
@@ -136,7 +128,7 @@ pub fn run(
                 Err(buf) => Some(buf),
             };
             if let Some(buf) = refused {
-                recv_again(&mut c, buf, &mut free, &mut n);
+                recv_again(&mut c, buf, &mut free);
             }
         });
         let got = got?;
@@ -146,7 +138,6 @@ pub fn run(
                 free.extend(e.request.into_bufs());
                 break;
             }
-            n.engine.posts += 1;
         }
         for qp in dead.drain(..) {
             // A failed destroy leaks the queue pair; the connection is
@@ -171,10 +162,11 @@ pub fn run(
             new.take(&handshakes, &mut engine, &mut live)?;
             let now = Instant::now();
             if now >= round_ends {
-                n.engine.posts += live.probe_silent(&mut engine, KEEPALIVE) as u64;
+                live.probe_silent(&mut engine, KEEPALIVE);
                 round_ends = now + KEEPALIVE_ROUND;
                 // Published as often (the only lock a shard takes).
                 n.conns = live.len() as u64;
+                n.engine = engine.counters();
                 published.publish(index, &n);
             }
             if stop_all.load(Ordering::Relaxed) {
@@ -184,21 +176,16 @@ pub fn run(
     }
     stop_all.store(true, Ordering::Relaxed);
     n.conns = live.len() as u64;
+    n.engine = engine.counters();
     published.publish(index, &n);
     Ok(n)
 }
 
 /// Posts `buf` on the shared receive queue from the poll's handler
 /// (kept in `free` if refused, for the loop to post again).
-fn recv_again(
-    c: &mut verbs::CompletionRef<'_, ArenaBuf>,
-    buf: ArenaBuf,
-    free: &mut Vec<ArenaBuf>,
-    n: &mut Counters,
-) {
-    match c.poster().post_srq_recv(RecvRequest::new(buf)) {
-        Ok(()) => n.engine.posts += 1,
-        Err(e) => free.extend(e.request.into_bufs()),
+fn recv_again(c: &mut verbs::CompletionRef<'_, ArenaBuf>, buf: ArenaBuf, free: &mut Vec<ArenaBuf>) {
+    if let Err(e) = c.poster().post_srq_recv(RecvRequest::new(buf)) {
+        free.extend(e.request.into_bufs());
     }
 }
 

@@ -61,7 +61,7 @@ impl QpCounters {
 /// An engine's counters since it was made (`Engine::counters`): the sums
 /// of [`QpCounters`] over every queue pair it has held, removed ones
 /// included, and its errors by status.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EngineCounters {
     /// The sums over its queue pairs, live and removed.
     pub qps: QpCounters,
