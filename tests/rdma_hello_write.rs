@@ -1,4 +1,4 @@
-//! End-to-end tests of `examples/hello_write.rs`: the example binary itself,
+//! End-to-end tests of `examples/hello_write`: the example binary itself,
 //! run as a user would, in one process (loopback) and against an independent
 //! C implementation of the primer's programs (tests/fixtures/tutorial_peer.c)
 //! in both roles, over the primer's 36-byte wire format, and as a server
