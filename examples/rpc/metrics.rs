@@ -31,19 +31,7 @@ type Field = fn(&ShardCounts) -> u64;
 impl ShardCounts {
     /// Adds `other`'s counts to these.
     pub fn add(&mut self, other: &ShardCounts) {
-        let (e, o) = (&mut self.engine, &other.engine);
-        e.qps.sends_posted += o.qps.sends_posted;
-        e.qps.sends_completed += o.qps.sends_completed;
-        e.qps.recvs_posted += o.qps.recvs_posted;
-        e.qps.recvs_completed += o.qps.recvs_completed;
-        e.qps.srq_recvs += o.qps.srq_recvs;
-        e.qps.errors += o.qps.errors;
-        e.qps.bytes_received += o.qps.bytes_received;
-        for (sum, n) in e.errors_by_status.iter_mut().zip(o.errors_by_status) {
-            *sum += n;
-        }
-        e.live_qps += o.live_qps;
-        e.srq_posted += o.srq_posted;
+        self.engine.add(&other.engine);
         self.requests += other.requests;
         self.malformed += other.malformed;
         self.too_large += other.too_large;

@@ -76,6 +76,17 @@ pub struct EngineCounters {
 }
 
 impl EngineCounters {
+    /// Adds `other`'s counts to these (several engines' totals, as a
+    /// server of one engine per thread reports them).
+    pub fn add(&mut self, other: &EngineCounters) {
+        self.qps.add(&other.qps);
+        for (sum, n) in self.errors_by_status.iter_mut().zip(other.errors_by_status) {
+            *sum += n;
+        }
+        self.live_qps += other.live_qps;
+        self.srq_posted += other.srq_posted;
+    }
+
     /// Completions that failed with `status`.
     pub fn errors_with(&self, status: WcStatus) -> u64 {
         self.errors_by_status[status_slot(status)]
