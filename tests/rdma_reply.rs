@@ -12,7 +12,6 @@ mod support;
 use verbs::{
     Engine, EngineConfig, ErrorKind, HostBuf, Local, MemoryRegion, PortCounters, ProtectionDomain,
     QpConfig, QpCounters, QpId, QpState, Queue, RecvRequest, RemoteSlice, SendOp, SendRequest,
-    SrqConfig,
 };
 
 const MSG: usize = 16;
@@ -43,12 +42,6 @@ fn msg(pd: &ProtectionDomain, byte: u8) -> SendRequest<MemoryRegion> {
     )
 }
 
-fn first_byte(buf: &MemoryRegion) -> u8 {
-    let mut b = [0u8; 1];
-    buf.read_at(0, &mut b).unwrap();
-    b[0]
-}
-
 /// A client queue pair sends requests to a server queue pair of an engine
 /// with a shared receive queue; the server's callback turns each receive's
 /// buffer into the reply (the request's byte plus one) and posts it on the
@@ -59,18 +52,8 @@ fn first_byte(buf: &MemoryRegion) -> u8 {
 fn a_server_replies_and_refills_its_receives_from_its_poll_callback() {
     let ctx = support::test_context("a_server_replies_from_its_poll_callback");
     let pd = ProtectionDomain::new(&ctx).unwrap();
-    let srq = EngineConfig {
-        cq_depth: Some(64),
-        srq: Some(SrqConfig {
-            max_wr: 4,
-            max_sge: 1,
-        }),
-        ..EngineConfig::default()
-    };
-    let mut server: Engine<MemoryRegion> = Engine::new(&pd, &srq).unwrap();
-    let mut client: Engine<MemoryRegion> = Engine::new(&pd, &EngineConfig::default()).unwrap();
-    let (s, c) = support::engine_pairs(&mut server, &mut client, &config(), 1);
-    let (s, c) = (s[0], c[0]);
+    let (mut server, mut client, s, c) =
+        support::srq_server_and_client::<MemoryRegion>(&pd, 4, &config());
     for _ in 0..4 {
         let buf = MemoryRegion::new(&pd, MSG).unwrap();
         server
@@ -95,7 +78,7 @@ fn a_server_replies_and_refills_its_receives_from_its_poll_callback() {
                 done.result().unwrap();
                 let mut buf = done.take_buf().expect("a buffer");
                 if done.is_recv() {
-                    let byte = first_byte(&buf);
+                    let byte = support::first_byte(&buf);
                     buf.write_at(0, &[byte + 1; MSG]).unwrap();
                     let local = Local::range(buf, 0, MSG).map_err(|(e, _)| e).unwrap();
                     done.reply(SendRequest::new(SendOp::Send, local))
@@ -116,7 +99,11 @@ fn a_server_replies_and_refills_its_receives_from_its_poll_callback() {
                 done.result().unwrap();
                 if done.is_recv() {
                     let buf = done.take_buf().unwrap();
-                    assert_eq!(first_byte(&buf), 2 * replies + 1, "reply {replies}");
+                    assert_eq!(
+                        support::first_byte(&buf),
+                        2 * replies + 1,
+                        "reply {replies}"
+                    );
                     replies += 1;
                     done.poster()
                         .post_recv(c, RecvRequest::new(buf))
@@ -245,7 +232,7 @@ fn a_receive_is_posted_again_from_its_callback_and_nothing_else_is() {
         })
         .unwrap();
     }
-    assert_eq!(first_byte(taken.as_ref().unwrap()), 9);
+    assert_eq!(support::first_byte(taken.as_ref().unwrap()), 9);
     assert_eq!(e.in_flight(y).unwrap(), (0, 0), "nothing posted");
 }
 
@@ -345,7 +332,7 @@ fn a_callback_that_panics_or_forgets_leaves_the_engine_whole() {
     while sent.is_none() || !landed {
         e.wait(support::deadline(), |mut c| {
             c.result().unwrap();
-            let byte = c.take_buf().map(|b| first_byte(&b));
+            let byte = c.take_buf().map(|b| support::first_byte(&b));
             if c.tag() == 2 {
                 sent = byte;
             }

@@ -7,13 +7,14 @@
 //! [`CompletionRef`]) and keeps no borrow of the engine across the
 //! callback: a post from the callback is a post like any other, one more
 //! request in flight after the ones the completion finishes. A [`Poster`]
-//! reaches the posts and nothing else: it cannot poll (the callback would
-//! run inside itself), remove or reset a queue pair, start a lane, or
-//! release a prepared request. A queue pair a lane holds refuses posts from
-//! the lane's own callback (`lane.rs`).
+//! reaches the posts, and the bytes of a prepared send none of whose posts
+//! is in flight (a reply from a ring of prepared ones), and nothing else:
+//! it cannot poll (the callback would run inside itself), remove or reset
+//! a queue pair, start a lane, or release a prepared request. A queue pair
+//! a lane holds refuses posts from the lane's own callback (`lane.rs`).
 
 use crate::error::{site, Error};
-use crate::memory::NicBuf;
+use crate::memory::{HostBuf, NicBuf};
 use crate::wr::{RecvRequest, SendOp, SendRequest};
 
 use super::completion::{CompletionRef, Origin};
@@ -234,5 +235,20 @@ impl<B: NicBuf, P: Provider> Poster<'_, B, P> {
     /// [`Engine::room`].
     pub fn room(&self, queue: Queue) -> u32 {
         self.engine.room(queue)
+    }
+}
+
+impl<B: HostBuf, P: Provider> Poster<'_, B, P> {
+    /// [`Engine::write_prepared`]: a reply's bytes into a prepared send
+    /// whose last post has completed, for a server that answers from a
+    /// ring of prepared replies rather than building a request each time.
+    #[inline(always)]
+    pub fn write_prepared<H: PreparedHandle>(
+        &mut self,
+        p: H,
+        offset: usize,
+        src: &[u8],
+    ) -> Result<(), Error> {
+        self.engine.write_prepared(p, offset, src)
     }
 }

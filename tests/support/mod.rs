@@ -16,7 +16,16 @@ use verbs::{Access, Context, Deadline, MemoryRegion, ProtectionDomain, QpConfig,
 
 mod pairs;
 #[allow(unused_imports)] // each test binary uses some
-pub use pairs::{cm_pair, connected_pair_in, engine_pairs, pair_on, sender_to};
+pub use pairs::{
+    cm_pair, connected_pair_in, engine_pairs, pair_on, sender_to, srq_server_and_client,
+};
+
+/// The first byte of `buf`.
+pub fn first_byte(buf: &MemoryRegion) -> u8 {
+    let mut b = [0u8; 1];
+    verbs::HostBuf::read_at(buf, 0, &mut b).unwrap();
+    b[0]
+}
 
 /// The IPv4 address of `ctx`'s netdev (rdma_cm connects by address):
 /// the IPv4-mapped GID the crate chooses on RoCE; on iWARP, whose GID is

@@ -4,7 +4,7 @@
 //! and one thread (a listener on the device's address, a connect to it,
 //! both engines' events read until both sides are ESTABLISHED).
 
-use verbs::{Engine, EngineConfig, NicBuf, ProtectionDomain, QpConfig, QpId, QueuePair};
+use verbs::{Engine, EngineConfig, NicBuf, ProtectionDomain, QpConfig, QpId, QueuePair, SrqConfig};
 
 use super::is_iwarp;
 
@@ -26,6 +26,28 @@ pub fn engine_pairs<B: NicBuf>(
         b.connect(y, &ex).expect("connect b -> a");
     }
     (qa, qb)
+}
+
+/// A server engine with a shared receive queue of `srq_depth` (one
+/// buffer per receive) and a client engine, one queue pair each, connected:
+/// (server, client, the server's queue pair, the client's).
+pub fn srq_server_and_client<B: NicBuf>(
+    pd: &ProtectionDomain,
+    srq_depth: u32,
+    config: &QpConfig,
+) -> (Engine<B>, Engine<B>, QpId, QpId) {
+    let with_srq = EngineConfig {
+        cq_depth: Some(64),
+        srq: Some(SrqConfig {
+            max_wr: srq_depth,
+            max_sge: 1,
+        }),
+        ..EngineConfig::default()
+    };
+    let mut server = Engine::new(pd, &with_srq).unwrap();
+    let mut client = Engine::new(pd, &EngineConfig::default()).unwrap();
+    let (s, c) = engine_pairs(&mut server, &mut client, config, 1);
+    (server, client, s[0], c[0])
 }
 
 /// Two queue pairs of one engine, connected to each other.

@@ -1,0 +1,143 @@
+//! A server answering from a ring of prepared replies, from inside its
+//! poll's callback (`Poster::write_prepared`, `post_prepared`), on a real
+//! device: every reply carries what the callback wrote, and a reply whose
+//! last post is still in flight refuses a write from the callback (the
+//! NIC may still be reading its buffer).
+
+mod support;
+
+use verbs::{
+    ErrorKind, HostBuf, Local, MemoryRegion, ProtectionDomain, QpConfig, RecvRequest, SendOp,
+    SendRequest,
+};
+
+const MSG: usize = 64;
+const ROUNDS: u8 = 40;
+
+fn config() -> QpConfig {
+    QpConfig {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_sge: 1,
+        ..support::config()
+    }
+}
+
+fn buf(pd: &ProtectionDomain, byte: u8) -> MemoryRegion {
+    let mut buf = MemoryRegion::new(pd, MSG).unwrap();
+    buf.write_at(0, &[byte; MSG]).unwrap();
+    buf
+}
+
+/// Requests arrive on the server's shared receive queue; its callback
+/// writes each answer (the request's byte plus one) into the one prepared
+/// reply, posts it, tries to write it again while that post is in flight
+/// (refused, `BadState`, the bytes on the wire untouched), and posts the
+/// request's buffer back. A request that arrives before the previous
+/// reply's completion (the device's order, not the test's) is answered
+/// after that completion, outside the callback.
+#[test]
+fn a_prepared_reply_is_written_from_the_callback_only_while_none_of_its_posts_is_in_flight() {
+    let ctx = support::test_context("a_prepared_reply_from_the_callback");
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let (mut server, mut client, s, c) =
+        support::srq_server_and_client::<MemoryRegion>(&pd, 4, &config());
+    for _ in 0..4 {
+        server
+            .post_srq_recv(RecvRequest::new(buf(&pd, 0)))
+            .map_err(|e| e.error)
+            .unwrap();
+    }
+    let reply = Local::range(buf(&pd, 0), 0, MSG)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let reply = server
+        .prepare_send(s, SendRequest::new(SendOp::Send, reply))
+        .map_err(|e| e.error)
+        .unwrap();
+    let request = |byte| SendRequest::new(SendOp::Send, buf(&pd, byte));
+    client
+        .post_recv(c, RecvRequest::new(buf(&pd, 0)))
+        .map_err(|e| e.error)
+        .unwrap();
+    client
+        .post_send(c, request(0))
+        .map_err(|e| e.error)
+        .unwrap();
+
+    let (mut replies, mut from_callback, mut refused) = (0u8, 0u32, 0u32);
+    let mut deferred: Option<(MemoryRegion, u8)> = None;
+    let deadline = support::deadline();
+    while replies < ROUNDS {
+        assert!(!deadline.passed(), "{replies} replies of {ROUNDS}");
+        server
+            .poll(|mut done| {
+                done.result().unwrap();
+                if !done.is_recv() {
+                    return; // the reply's buffer stays with the prepared request
+                }
+                let request = done.take_buf().expect("a request's buffer");
+                let answer = support::first_byte(&request) + 1;
+                let mut post = done.poster();
+                match post.write_prepared(reply, 0, &[answer; MSG]) {
+                    Ok(()) => {}
+                    Err(e) => {
+                        assert_eq!(e.kind(), ErrorKind::BadState, "{e}");
+                        deferred = Some((request, answer));
+                        return;
+                    }
+                }
+                post.post_prepared(reply).unwrap();
+                let again = post
+                    .write_prepared(reply, 0, &[0xEE; MSG])
+                    .expect_err("the NIC may still read the reply's buffer");
+                assert_eq!(again.kind(), ErrorKind::BadState, "{again}");
+                refused += 1;
+                from_callback += 1;
+                post.post_srq_recv(RecvRequest::new(request))
+                    .map_err(|e| e.error)
+                    .unwrap();
+            })
+            .unwrap();
+        if let Some((request, answer)) = deferred.take() {
+            match server.write_prepared(reply, 0, &[answer; MSG]) {
+                Ok(()) => {
+                    server.post_prepared(reply).unwrap();
+                    server
+                        .post_srq_recv(RecvRequest::new(request))
+                        .map_err(|e| e.error)
+                        .unwrap();
+                }
+                Err(_) => deferred = Some((request, answer)), // not yet completed
+            }
+        }
+        client
+            .poll(|mut done| {
+                done.result().unwrap();
+                if !done.is_recv() {
+                    return;
+                }
+                let got = done.take_buf().unwrap();
+                assert_eq!(
+                    support::first_byte(&got),
+                    2 * replies + 1,
+                    "reply {replies}"
+                );
+                replies += 1;
+                let mut post = done.poster();
+                post.post_recv(c, RecvRequest::new(got))
+                    .map_err(|e| e.error)
+                    .unwrap();
+                if replies < ROUNDS {
+                    post.post_send(c, request(2 * replies))
+                        .map_err(|e| e.error)
+                        .unwrap();
+                }
+            })
+            .unwrap();
+    }
+    // Every reply the callback posted was refused a second write while in
+    // flight, and the callback answered at least one (in practice all).
+    assert_eq!(refused, from_callback);
+    assert!(from_callback > 0, "no reply was written from the callback");
+}
