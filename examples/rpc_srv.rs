@@ -1,32 +1,38 @@
 //! A request/response server's loop, as a service writes it with this
 //! crate: an `Engine` with a shared receive queue, one RC queue pair on it,
-//! and a poll callback that answers each request from inside the poll
-//! (`CompletionRef::reply`) and posts the request's buffer back to the
-//! shared receive queue (`poster().post_srq_recv`). `tests/softroce/critpath
-//! rpc_srv` counts its loop per request against `tests/softroce/rpc_srv.c`,
-//! the same loop in C with the same verbs; that program's client role drives
-//! both (28 bytes each way over TCP: QPN, PSN, MTU code, GID).
+//! a ring of prepared replies on that queue pair (registered and checked
+//! once, as a C server keeps its reply buffers), and a poll callback that
+//! answers each request from inside the poll and posts the request's
+//! buffer back to the shared receive queue (`poster().post_srq_recv`).
+//! `tests/softroce/critpath rpc_srv` counts its loop per request against
+//! `tests/softroce/rpc_srv.c`, the same loop in C with the same verbs;
+//! that program's client role drives both (28 bytes each way over TCP:
+//! QPN, PSN, MTU code, GID).
 //!
 //! ```text
 //! rpc_srv -p PORT -n N      serve N requests of the one client, then exit
 //! ```
 //!
-//! Per request: the receive's completion, its 8-byte id copied into a
-//! reply buffer from a pool, the reply posted unsignaled (the engine asks
-//! for a completion every half queue, handing the replies' buffers back to
-//! the pool), the receive's buffer posted again.
+//! Per request: the receive's completion, its 8-byte id copied into the
+//! next prepared reply (`write_prepared`: refused while that reply's last
+//! post is in flight), the reply posted unsignaled (the engine asks for a
+//! completion every half queue, which covers the ones before it), the
+//! receive's buffer posted again. A reply built per request instead
+//! (`CompletionRef::reply` with a `SendRequest`, as `examples/rpc` does
+//! for replies of any size on any of its queue pairs) costs more: its
+//! buffer moves into the engine and back (docs/PERF.md).
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
 
 use verbs::{
     Arena, ArenaBuf, ArenaConfig, Context, Endpoint, Engine, EngineConfig, Error, Gid, HostBuf,
-    Local, Mtu, ProtectionDomain, QpConfig, RecvRequest, SendOp, SendRequest, SrqConfig,
+    Mtu, PreparedSend, ProtectionDomain, QpConfig, RecvRequest, SendOp, SendRequest, SrqConfig,
 };
 
 const MSG: usize = 32;
 const SRQ_DEPTH: u32 = 16;
-const SEND_DEPTH: u32 = 64;
+const SEND_DEPTH: usize = 64;
 
 fn usage() -> ! {
     eprintln!("usage: rpc_srv -p PORT -n N");
@@ -50,12 +56,12 @@ fn main() -> Result<(), Error> {
         &pd,
         &ArenaConfig {
             capacity: 1 << 20,
-            max_buffers: SRQ_DEPTH + SEND_DEPTH + 64,
+            max_buffers: SRQ_DEPTH + SEND_DEPTH as u32 + 64,
             ..ArenaConfig::default()
         },
     )?;
     let config = EngineConfig {
-        cq_depth: Some(SRQ_DEPTH + SEND_DEPTH),
+        cq_depth: Some(SRQ_DEPTH + SEND_DEPTH as u32),
         srq: Some(SrqConfig {
             max_wr: SRQ_DEPTH,
             max_sge: 1,
@@ -64,7 +70,7 @@ fn main() -> Result<(), Error> {
     };
     let mut engine: Engine<ArenaBuf> = Engine::new(&pd, &config)?;
     let qp = engine.add_qp(&QpConfig {
-        max_send_wr: SEND_DEPTH,
+        max_send_wr: SEND_DEPTH as u32,
         max_recv_wr: 0,
         max_sge: 1,
         ..QpConfig::default()
@@ -74,10 +80,14 @@ fn main() -> Result<(), Error> {
             .post_srq_recv(RecvRequest::new(arena.alloc(MSG)?))
             .map_err(|e| e.error)?;
     }
-    let mut pool: Vec<ArenaBuf> = Vec::with_capacity(SEND_DEPTH as usize);
+    // SEND_DEPTH replies, a power of two: reply `i % SEND_DEPTH` is
+    // reused once the signaled post half a queue after it has completed.
+    let mut ring: Vec<PreparedSend> = Vec::with_capacity(SEND_DEPTH);
     for _ in 0..SEND_DEPTH {
-        pool.push(arena.alloc(MSG)?);
+        let reply = SendRequest::new(SendOp::Send, arena.alloc(MSG)?);
+        ring.push(engine.prepare_send(qp, reply).map_err(|e| e.error)?);
     }
+    let ring: [PreparedSend; SEND_DEPTH] = ring.try_into().expect("SEND_DEPTH replies");
 
     // The endpoint exchange (rpc_srv.c's wire): the client's, then ours
     // once our queue pair is ready for its first request.
@@ -113,33 +123,24 @@ fn main() -> Result<(), Error> {
                 failed.get_or_insert(e);
                 return;
             }
-            let Some(buf) = c.take_buf() else { return };
+            // A reply's completion: its buffer stays with its prepared request.
             if !c.is_recv() {
-                pool.push(buf); // a reply went out
                 return;
             }
-            let Some(mut out) = pool.pop() else {
-                failed.get_or_insert(no_reply_buffer());
-                return;
-            };
+            let Some(buf) = c.take_buf() else { return };
+            let reply = ring[replies as usize % SEND_DEPTH];
             let mut id = [0u8; 8];
-            if let Err(e) = buf.read_at(0, &mut id).and_then(|()| out.write_at(0, &id)) {
+            let mut post = c.poster();
+            let answered = buf
+                .read_at(0, &mut id)
+                .and_then(|()| post.write_prepared(reply, 0, &id))
+                .and_then(|()| post.post_prepared_unsignaled(reply));
+            if let Err(e) = answered {
                 failed.get_or_insert(e);
                 return;
             }
-            let local = match Local::range(out, 0, MSG) {
-                Ok(l) => l,
-                Err((e, _)) => {
-                    failed.get_or_insert(e);
-                    return;
-                }
-            };
-            if let Err(e) = c.reply(SendRequest::new(SendOp::Send, local).unsignaled()) {
-                failed.get_or_insert(e.error);
-                return;
-            }
             replies += 1;
-            if let Err(e) = c.poster().post_srq_recv(RecvRequest::new(buf)) {
+            if let Err(e) = post.post_srq_recv(RecvRequest::new(buf)) {
                 failed.get_or_insert(e.error);
             }
         })?;
@@ -153,12 +154,4 @@ fn main() -> Result<(), Error> {
 fn io<T>(e: std::io::Error) -> T {
     eprintln!("rpc_srv: {e}");
     std::process::exit(1)
-}
-
-#[cold]
-fn no_reply_buffer() -> Error {
-    Error::new(
-        verbs::site!("rpc_srv", "every reply buffer is in flight"),
-        verbs::ErrorKind::QueueFull,
-    )
 }

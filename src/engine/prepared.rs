@@ -192,6 +192,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     }
 
     /// The live entry `p` names, refused while its latest post is in flight.
+    #[inline]
     fn idle_entry<H: PreparedHandle>(
         &mut self,
         p: H,
