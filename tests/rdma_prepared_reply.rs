@@ -65,7 +65,7 @@ fn a_prepared_reply_is_written_from_the_callback_only_while_none_of_its_posts_is
         .map_err(|e| e.error)
         .unwrap();
 
-    let (mut replies, mut from_callback, mut refused) = (0u8, 0u32, 0u32);
+    let (mut replies, mut from_callback) = (0u8, 0u32);
     let mut deferred: Option<(MemoryRegion, u8)> = None;
     let deadline = support::deadline();
     while replies < ROUNDS {
@@ -92,7 +92,6 @@ fn a_prepared_reply_is_written_from_the_callback_only_while_none_of_its_posts_is
                     .write_prepared(reply, 0, &[0xEE; MSG])
                     .expect_err("the NIC may still read the reply's buffer");
                 assert_eq!(again.kind(), ErrorKind::BadState, "{again}");
-                refused += 1;
                 from_callback += 1;
                 post.post_srq_recv(RecvRequest::new(request))
                     .map_err(|e| e.error)
@@ -136,8 +135,7 @@ fn a_prepared_reply_is_written_from_the_callback_only_while_none_of_its_posts_is
             })
             .unwrap();
     }
-    // Every reply the callback posted was refused a second write while in
-    // flight, and the callback answered at least one (in practice all).
-    assert_eq!(refused, from_callback);
+    // The callback answered at least one (in practice all), each refused a
+    // second write while its post was in flight.
     assert!(from_callback > 0, "no reply was written from the callback");
 }
