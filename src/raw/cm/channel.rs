@@ -161,7 +161,8 @@ impl RawCmChannel {
 
 impl Drop for RawCmChannel {
     fn drop(&mut self) {
-        // SAFETY: every id on the channel holds an Arc to it, so none is alive.
+        // SAFETY: every id on the channel holds an Arc to it (one whose
+        // destroy failed keeps its Arc forever), so none is alive.
         unsafe { cm::rdma_destroy_event_channel(self.ptr.as_ptr()) };
     }
 }
@@ -199,9 +200,14 @@ impl RawCmRequest {
 impl Drop for RawCmRequest {
     fn drop(&mut self) {
         // SAFETY: a request's id, ours to refuse and destroy once.
-        unsafe {
+        let destroyed = unsafe {
             cm::rdma_reject(self.ptr.as_ptr(), core::ptr::null(), 0);
-            cm::rdma_destroy_id(self.ptr.as_ptr());
+            cm::rdma_destroy_id(self.ptr.as_ptr())
+        };
+        if destroyed != 0 {
+            // The id is leaked, alive, on its channel: the channel stays too.
+            core::mem::forget(self.channel.clone());
+            crate::raw::leak::count_leak();
         }
     }
 }

@@ -312,10 +312,14 @@ impl Drop for RawCmId {
     fn drop(&mut self) {
         // Out of the table before the address can be reused.
         self.channel.forget(self.addr());
-        // SAFETY: its QP holds an Arc to this id and is gone; everything on
-        // its context was dropped first (it holds the context's keep-alive,
-        // which holds this); events were acked as they were read.
-        unsafe { cm::rdma_destroy_id(self.ptr.as_ptr()) };
+        // SAFETY: its QP holds an Arc to this id and is gone (librdmacm's
+        // device list, not the id, keeps its context open); events were
+        // acked as they were read.
+        if unsafe { cm::rdma_destroy_id(self.ptr.as_ptr()) } != 0 {
+            // The id is leaked, alive, on its channel: the channel stays too.
+            core::mem::forget(self.channel.clone());
+            crate::raw::leak::count_leak();
+        }
     }
 }
 
