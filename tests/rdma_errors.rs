@@ -5,8 +5,8 @@ mod support;
 
 use verbs::sys::ibv_wc_status as S;
 use verbs::{
-    Access, Context, ErrorKind, Local, MemoryRegion, NicBuf, ProtectionDomain, QpConfig, QueuePair,
-    RawSend, RecvRequest, RemoteSlice, SendOp, SendRequest, WcStatus,
+    Access, Context, ErrorKind, Local, MemoryRegion, NicBuf, ProtectionDomain, QpConfig, QpState,
+    QueuePair, RawSend, RecvRequest, RemoteSlice, SendOp, SendRequest, WcStatus,
 };
 
 type Qp = QueuePair<MemoryRegion>;
@@ -312,4 +312,20 @@ fn misuse_is_refused_with_a_typed_error() {
         .unwrap();
     }
     assert_eq!(n, depth);
+}
+
+/// What no connected peer can be (QPN 0 and 1, the special queue pairs;
+/// 0xFFFFFF, the multicast QPN) is refused by `connect` itself, whoever
+/// built the endpoint, before the queue pair leaves INIT.
+#[test]
+fn connect_refuses_a_reserved_qpn_before_moving_the_queue_pair() {
+    let (_ctx, pd, _a, b) = setup("connect_refuses_a_reserved_qpn");
+    let mut fresh = QueuePair::<MemoryRegion>::new(&pd, &support::config()).unwrap();
+    for qpn in [0, 1, 0x00FF_FFFF] {
+        let mut peer = b.endpoint().unwrap();
+        peer.qpn = qpn;
+        let e = fresh.connect(&peer).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "QPN {qpn:#x}: {e}");
+    }
+    assert_eq!(fresh.state().unwrap(), QpState::INIT);
 }

@@ -3,7 +3,7 @@
 
 use alloc::vec::Vec;
 
-use crate::endpoint::{Endpoint, Mtu};
+use crate::endpoint::{is_peer_qpn, Endpoint, Mtu};
 use crate::error::{site, Error, ErrorKind};
 use crate::memory::NicBuf;
 use crate::sys::{self, ibv_qp_attr_mask as M, Zeroed};
@@ -106,10 +106,10 @@ impl<B: NicBuf> Engine<B, Verbs> {
         }
         peer.validate()
             .map_err(|_| Error::invalid(site!("connect", "the peer's endpoint is malformed")))?;
-        if peer.qpn <= 1 {
+        if !is_peer_qpn(peer.qpn) {
             return Err(Error::invalid(site!(
                 "connect",
-                "QPN 0 and 1 are special queue pairs: no RC peer has them"
+                "QPN 0 and 1 are special queue pairs and 0xFFFFFF is the multicast QPN: no connected peer has them"
             )));
         }
         let path = PathInfo::plan(
