@@ -42,8 +42,9 @@ pub fn run(
     let buf_len = HEADER + 2 * opts.max_payload as usize;
     let srq_depth = opts.srq_depth;
     let spare = max_conns * SEND_DEPTH;
-    let buffers = srq_depth + spare;
-    let mut arena = crate::arena(&pd, buffers as usize, buf_len)?;
+    // Only the shared receive queue's buffers: a reply goes out in its
+    // request's buffer, which comes back to the queue after the send.
+    let mut arena = crate::arena(&pd, srq_depth as usize, buf_len)?;
     let config = EngineConfig {
         cq_depth: Some(srq_depth + spare),
         srq: Some(SrqConfig {
@@ -78,7 +79,7 @@ pub fn run(
     let mut dead: Vec<QpId> = Vec::with_capacity(max_conns as usize);
     // Buffers a post refused (none while the shared receive queue holds
     // what the loop takes from it), posted again after the poll.
-    let mut free: Vec<ArenaBuf> = Vec::with_capacity(buffers as usize);
+    let mut free: Vec<ArenaBuf> = Vec::with_capacity(srq_depth as usize);
     let mut scratch = vec![0u8; buf_len];
     let mut n = Counters::default();
     let mut stop = false;
@@ -140,9 +141,8 @@ pub fn run(
             }
         }
         for qp in dead.drain(..) {
-            // A failed destroy leaks the queue pair; the connection is
-            // gone either way.
-            let _ = engine.remove_qp(qp);
+            // The connection is gone either way.
+            drop_qp(&mut engine, qp);
             if live.remove(qp) {
                 n.conns_gone += 1;
             }
@@ -159,7 +159,7 @@ pub fn run(
                 connect: &connect,
                 max_conns,
             };
-            new.take(&handshakes, &mut engine, &mut live)?;
+            new.take(&handshakes, &mut engine, &mut live);
             let now = Instant::now();
             if now >= round_ends {
                 live.probe_silent(&mut engine, KEEPALIVE);
@@ -214,13 +214,20 @@ impl Clients<'_> {
         handshakes: &Receiver<Handshake>,
         engine: &mut Engine<ArenaBuf>,
         live: &mut KeepaliveTable,
-    ) -> Result<(), BoxError> {
+    ) {
         while let Ok(hs) = handshakes.try_recv() {
             if live.len() >= self.max_conns as usize {
                 eprintln!("server: full ({} clients): refused one", live.len());
                 continue; // dropping the handshake closes it unanswered
             }
-            let qp = engine.add_qp(self.qp_config)?;
+            // One client's failure is that client's: the shard serves on.
+            let qp = match engine.add_qp(self.qp_config) {
+                Ok(qp) => qp,
+                Err(e) => {
+                    eprintln!("server: no queue pair for a client: {e}");
+                    continue;
+                }
+            };
             let ours = match engine
                 .connect_with(qp, hs.peer_endpoint(), self.connect)
                 .and_then(|_| engine.endpoint(qp))
@@ -228,7 +235,7 @@ impl Clients<'_> {
                 Ok(ours) => ours,
                 Err(e) => {
                     eprintln!("server: a client's endpoint did not connect: {e}");
-                    engine.remove_qp(qp)?;
+                    drop_qp(engine, qp);
                     continue;
                 }
             };
@@ -238,10 +245,17 @@ impl Clients<'_> {
                 }
                 Err(e) => {
                     eprintln!("server: a client left during its handshake: {e}");
-                    engine.remove_qp(qp)?;
+                    drop_qp(engine, qp);
                 }
             }
         }
-        Ok(())
+    }
+}
+
+/// Removes a client's queue pair; one that cannot be destroyed stays
+/// leaked in the engine (its buffers with it), and the shard serves on.
+fn drop_qp(engine: &mut Engine<ArenaBuf>, qp: QpId) {
+    if let Err(e) = engine.remove_qp(qp) {
+        eprintln!("server: a client's queue pair was leaked: {e}");
     }
 }
