@@ -15,6 +15,7 @@
 //!                     unauthenticated: anyone who connects learns the rkey)
 //!   --cm              connect with rdma_cm instead (build with --features rdmacm);
 //!                     the server's memory descriptor travels in the accept's private data
+//!                     (unauthenticated: refused with --token, which it does not check)
 //! ```
 //! The server serves up to 8 clients at once, each with a protection
 //! domain, a queue pair and a page of its own, made only once its hello
@@ -138,6 +139,9 @@ fn parse(args: &[String]) -> Result<(String, Option<String>, Options), String> {
             "-h" | "--help" => return Err("help".into()),
             other => return Err(format!("unexpected argument {other:?}")),
         }
+    }
+    if opts.cm && opts.token.is_some() {
+        return Err("--token is not checked over --cm (rdma_cm's accept reveals the memory to the first client): leave one out".into());
     }
     Ok((role, host, opts))
 }
