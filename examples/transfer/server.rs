@@ -61,7 +61,8 @@ pub fn serve(opts: &Opts, devs: &[String], mut hello: Handshake) -> Result<bool,
     // the path's flow label and retry policy; this end only answers.
     let first = planes[0].qps[0];
     let deadline = Deadline::after(PATHS_WITHIN);
-    proto::connect_retrying(deadline, || {
+    // Not past the hello's own time: its reply would fail after it anyway.
+    proto::connect_retrying(deadline.min(hello.expires()), || {
         planes[0].engine.connect(first, hello.peer_endpoint())
     })?;
     let mut session = hello.reply(&ours(&planes[0], first)?)?;
