@@ -42,6 +42,33 @@ fn engine_on<B: NicBuf>(pd: &ProtectionDomain, srq: bool) -> Engine<B> {
     Engine::new(pd, &config).expect("an engine on the listener's device")
 }
 
+/// The next client's request placed on `engine`, with `receives` posted
+/// on its queue pair before anything is accepted.
+fn place_next<B: NicBuf>(
+    listener: &CmListener,
+    engine: &mut Engine<B>,
+    receives: impl IntoIterator<Item = RecvRequest<B>>,
+) -> QpId {
+    let qp = listener
+        .request(deadline())
+        .unwrap()
+        .place(engine, &support::config())
+        .unwrap();
+    for req in receives {
+        engine.post_recv(qp, req).map_err(|e| e.error).unwrap();
+    }
+    qp
+}
+
+/// An arena of 1 MiB on `pd`.
+fn arena_on(pd: &ProtectionDomain) -> Arena {
+    let config = ArenaConfig {
+        capacity: 1 << 20,
+        ..ArenaConfig::default()
+    };
+    Arena::new(pd, &config).unwrap()
+}
+
 /// Waits (completions to `on_done`) until `qp`'s `want`; any other event
 /// of `qp` that ends it fails the test.
 fn until_event<B: NicBuf>(
@@ -319,16 +346,8 @@ fn a_connection_removed_behind_the_cms_back_ends_cleanly() {
         let mut engine: Engine<MemoryRegion> = engine_on(&pd, false);
         let mut early = Vec::new();
         let mut serve = |engine: &mut Engine<MemoryRegion>| {
-            let qp = listener
-                .request(deadline())
-                .unwrap()
-                .place(engine, &support::config())
-                .unwrap();
             let buf = MemoryRegion::new(&pd, 64).unwrap();
-            engine
-                .post_recv(qp, RecvRequest::new(buf))
-                .map_err(|e| e.error)
-                .unwrap();
+            let qp = place_next(&listener, engine, [RecvRequest::new(buf)]);
             engine.cm_accept(qp, b"").unwrap();
             until_event(engine, qp, Ev::ESTABLISHED, |c| early.push(c.into_owned()));
             qp
@@ -408,24 +427,10 @@ fn events_read_after_the_peer_vanished() {
     let listener = CmListener::bind(addr).unwrap();
     let server = std::thread::spawn(move || {
         let pd = listener.pd().unwrap();
-        let mut arena = Arena::new(
-            &pd,
-            &ArenaConfig {
-                capacity: 1 << 20,
-                ..ArenaConfig::default()
-            },
-        )
-        .unwrap();
+        let mut arena = arena_on(&pd);
         let mut engine: Engine<ArenaBuf> = engine_on(&pd, false);
-        let qp = listener
-            .request(deadline())
-            .unwrap()
-            .place(&mut engine, &support::config())
-            .unwrap();
-        engine
-            .post_recv(qp, RecvRequest::new(arena.alloc(64).unwrap()).tag(7))
-            .map_err(|e| e.error)
-            .unwrap();
+        let receive = RecvRequest::new(arena.alloc(64).unwrap()).tag(7);
+        let qp = place_next(&listener, &mut engine, [receive]);
         engine.cm_accept(qp, b"").unwrap();
         until_event(&mut engine, qp, Ev::ESTABLISHED, |_| {});
         let mut flushed = Vec::new();
@@ -473,29 +478,11 @@ fn ids_dropped_with_receives_posted_give_every_buffer_back() {
     let (server_done, wait_server) = mpsc::channel::<()>();
     let server = std::thread::spawn(move || {
         let pd = listener.pd().unwrap();
-        let mut arena = Arena::new(
-            &pd,
-            &ArenaConfig {
-                capacity: 1 << 20,
-                ..ArenaConfig::default()
-            },
-        )
-        .unwrap();
+        let mut arena = arena_on(&pd);
         let mut engine: Engine<ArenaBuf> = engine_on(&pd, false);
         let mut place_with_receives = |engine: &mut Engine<ArenaBuf>| {
-            let qp = listener
-                .request(deadline())
-                .unwrap()
-                .place(engine, &support::config())
-                .unwrap();
-            for _ in 0..8 {
-                let buf = arena.alloc(256).unwrap();
-                engine
-                    .post_recv(qp, RecvRequest::new(buf))
-                    .map_err(|e| e.error)
-                    .unwrap();
-            }
-            qp
+            let receives = (0..8).map(|_| RecvRequest::new(arena.alloc(256).unwrap()));
+            place_next(&listener, engine, receives)
         };
         let refused = place_with_receives(&mut engine);
         engine.remove_qp(refused).unwrap();
