@@ -36,6 +36,12 @@ impl Deadline {
         }
         Duration::from_nanos(self.0.saturating_sub(now_ns()))
     }
+
+    /// Milliseconds left, as `poll(2)` and librdmacm take a timeout: 0
+    /// once passed, at most `i32::MAX` (a wait in slices clamps further).
+    pub(crate) fn remaining_ms(&self) -> i32 {
+        self.remaining().as_millis().min(i32::MAX as u128) as i32
+    }
 }
 
 /// A random `u32` from the kernel, or, if that fails, a mix of the clock

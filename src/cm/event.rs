@@ -160,7 +160,7 @@ impl<B: NicBuf> Engine<B> {
             if n > 0 {
                 return Ok(Wake::Completions(n));
             }
-            let ms = deadline.remaining().as_millis().clamp(1, i32::MAX as u128) as i32;
+            let ms = deadline.remaining_ms().max(1);
             wait_readable_any(site!("poll(CQ and rdma_cm channels)"), &[cq_fd, cm_fd], ms)?;
             self.take_events()?;
         }
@@ -192,7 +192,7 @@ impl<B: NicBuf> Engine<B> {
             if deadline.passed() {
                 return Err(Error::new(step, ErrorKind::TimedOut));
             }
-            let ms = deadline.remaining().as_millis().clamp(1, 1000) as i32;
+            let ms = deadline.remaining_ms().clamp(1, 1000);
             wait_readable_any(site!("poll(rdma_cm channel)"), &[fd], ms)?;
         }
     }

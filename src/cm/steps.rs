@@ -23,7 +23,7 @@ pub(super) fn next(
     deadline: Deadline,
 ) -> Result<RawEvent, Error> {
     loop {
-        let ms = deadline.remaining().as_millis().clamp(1, 1000) as i32;
+        let ms = deadline.remaining_ms().clamp(1, 1000);
         if let Some(ev) = channel.next_event(ms)? {
             return Ok(ev);
         }
@@ -80,7 +80,7 @@ pub(super) fn event_error(kind: Ev, status: i32, other: &'static Site) -> Error 
 
 /// The step timeout librdmacm takes in milliseconds, bounded by the deadline.
 pub(super) fn step_ms(deadline: Deadline) -> i32 {
-    deadline.remaining().as_millis().clamp(1, 5000) as i32
+    deadline.remaining_ms().clamp(1, 5000)
 }
 
 /// A protection domain on the device the connection manager chose for `id`.

@@ -291,7 +291,7 @@ impl<B: NicBuf> Engine<B, Verbs> {
             if n > 0 {
                 return Ok(n);
             }
-            let ms = deadline.remaining().as_millis().clamp(1, i32::MAX as u128) as i32;
+            let ms = deadline.remaining_ms().max(1);
             self.cq.wait_event(ms)?;
         }
     }
@@ -327,7 +327,7 @@ impl<B: NicBuf> Engine<B, Verbs> {
     /// passes, and consumes the events; true if one arrived. Arm first
     /// ([`Engine::arm`]) and poll after (events say "look", not what).
     pub fn sleep_until_event(&self, deadline: Deadline) -> Result<bool, Error> {
-        let ms = deadline.remaining().as_millis().clamp(0, i32::MAX as u128) as i32;
+        let ms = deadline.remaining_ms();
         self.cq.wait_event(ms)
     }
 
