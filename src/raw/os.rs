@@ -28,24 +28,11 @@ pub(crate) fn getrandom_u32() -> Option<u32> {
 /// Waits until `fd` is readable or `timeout_ms` passes (`poll(2)`);
 /// `Ok(false)` on timeout or interruption.
 pub(crate) fn wait_readable(site: &'static Site, fd: i32, timeout_ms: i32) -> Result<bool, Error> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call.
-    let ready = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
-    match ready {
-        n if n > 0 => Ok(true),
-        0 => Ok(false),
-        _ if errno() == libc::EINTR => Ok(false),
-        _ => Err(Error::os(site, errno())),
-    }
+    wait_readable_any(site, &[fd], timeout_ms)
 }
 
 /// Waits until one of `fds` (at most 4) is readable or `timeout_ms`
 /// passes (`poll(2)`); `Ok(false)` on timeout or interruption.
-#[cfg(feature = "rdmacm")]
 pub(crate) fn wait_readable_any(
     site: &'static Site,
     fds: &[i32],
