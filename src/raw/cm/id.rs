@@ -49,14 +49,19 @@ impl RawCmId {
             )
         })?;
         let ptr = NonNull::new(id).ok_or(Error::os(site!("rdma_create_id"), libc::EINVAL))?;
-        Ok(RawCmId {
+        Ok(RawCmId::fresh(ptr, channel, false))
+    }
+
+    /// An id nothing has been done with yet, its events on `channel`.
+    fn fresh(ptr: NonNull<cm::rdma_cm_id>, channel: &Arc<RawCmChannel>, passive: bool) -> RawCmId {
+        RawCmId {
             ptr,
             channel: channel.clone(),
             connected: AtomicBool::new(false),
-            passive: false,
+            passive,
             started: AtomicBool::new(false),
             peer_disconnected: AtomicBool::new(false),
-        })
+        }
     }
 
     /// The id of the connect request `req`, moved to `to`
@@ -71,14 +76,7 @@ impl RawCmId {
             cm::rdma_migrate_id(req.as_ptr(), to.as_ptr())
         })?;
         let (ptr, _old_channel) = req.into_parts();
-        Ok(RawCmId {
-            ptr,
-            channel: to.clone(),
-            connected: AtomicBool::new(false),
-            passive: true,
-            started: AtomicBool::new(false),
-            peer_disconnected: AtomicBool::new(false),
-        })
+        Ok(RawCmId::fresh(ptr, to, true))
     }
 
     /// Moves the id to `to` (`rdma_migrate_id`): its later events arrive
