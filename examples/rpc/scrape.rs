@@ -1,10 +1,10 @@
 //! `--metrics PORT`: a scrape endpoint, `GET /metrics` over HTTP/1.0
 //! answered with metrics.rs's text, on a thread of its own. The poll loops
-//! publish their counts into it once a second (never on the data path).
-//! A front door like any other: one request per connection, read at most
-//! [`READ_LIMIT`] bytes within [`DEADLINE`], one client at a time (a
-//! silent one holds it at most that long), anything but `GET /metrics`
-//! answered with an error status and closed.
+//! publish their counts into it every half second (never on the data
+//! path). A front door like any other: one request per connection, at
+//! most [`READ_LIMIT`] bytes read, read and answered within [`DEADLINE`],
+//! one client at a time (a silent or slow one holds it at most that long),
+//! anything but `GET /metrics` answered with an error status and closed.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -74,7 +74,6 @@ pub fn serve(port: u16, device: String, published: Published) -> std::io::Result
 /// `GET /metrics`, an error status for anything else; then closes.
 pub fn answer(mut stream: TcpStream, body: impl FnOnce() -> String) -> std::io::Result<()> {
     let started = Instant::now();
-    stream.set_write_timeout(Some(DEADLINE))?;
     let mut buf = [0u8; READ_LIMIT];
     let mut got = 0;
     let complete = loop {
@@ -111,9 +110,22 @@ pub fn answer(mut stream: TcpStream, body: impl FnOnce() -> String) -> std::io::
         "HTTP/1.0 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         text.len()
     );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(text.as_bytes())?;
-    stream.flush()
+    // The whole answer by the same deadline: a client reading a byte at a
+    // time holds the one metrics thread no longer than one that sends so.
+    let answer = [head.as_bytes(), text.as_bytes()].concat();
+    let mut sent = 0;
+    while sent < answer.len() {
+        let left = DEADLINE.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        stream.set_write_timeout(Some(left))?;
+        match stream.write(&answer[sent..])? {
+            0 => return Err(std::io::ErrorKind::WriteZero.into()),
+            n => sent += n,
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
