@@ -46,6 +46,11 @@ impl Published {
         sum
     }
 
+    /// Each shard's connections, as it last published them.
+    pub fn conns(&self) -> Vec<u64> {
+        self.snapshot().iter().map(|s| s.conns).collect()
+    }
+
     fn snapshot(&self) -> Vec<ShardCounts> {
         self.0.lock().map(|all| all.clone()).unwrap_or_default()
     }

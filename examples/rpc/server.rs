@@ -1,8 +1,9 @@
 //! The service over RC: an acceptor (this thread, the exchange server's
 //! handshakes) handing each new client to one of `--threads` shards in
-//! turn (shard.rs: each its own engine, shared receive queue and arena,
-//! no lock between them), once a second a line of the shards' sums, and
-//! what a request gets back (`respond`, shared with the UD server).
+//! turn, past the full ones (shard.rs: each its own engine, shared
+//! receive queue and arena, no lock between them), once a second a line
+//! of the shards' sums, and what a request gets back (`respond`, shared
+//! with the UD server).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, TrySendError};
@@ -145,12 +146,26 @@ pub fn run(opts: &Opts) -> Result<(), BoxError> {
     let mut summary = Summary::new();
     let mut next = 0;
     while !stop.load(Ordering::Relaxed) {
-        // Round robin: a shard's queue pairs stay with it for their life.
+        // Round robin over the shards with room (as they last published):
+        // a shard's queue pairs stay with it for their life, and a client
+        // is refused only when no shard takes it.
         if let Ok(hs) = server.next_client(Deadline::after(Duration::from_millis(50))) {
-            if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
-                to_shards[next].try_send(hs)
-            {
-                eprintln!("server: shard {next} takes no more clients now: refused one");
+            let conns = published.conns();
+            let mut left = Some(hs);
+            for s in (0..threads).map(|k| (next + k) % threads) {
+                let Some(hs) = left.take() else { break };
+                if conns.get(s).is_some_and(|&c| c >= u64::from(per_shard)) {
+                    left = Some(hs);
+                    continue;
+                }
+                if let Err(TrySendError::Full(hs) | TrySendError::Disconnected(hs)) =
+                    to_shards[s].try_send(hs)
+                {
+                    left = Some(hs);
+                }
+            }
+            if left.is_some() {
+                eprintln!("server: no shard takes a client now: refused one");
             }
             next = (next + 1) % threads;
         }
