@@ -277,6 +277,20 @@ impl<B: NicBuf> Sgl<B> {
         if u32::from(self.n) > max_sge {
             return Err(too_many_sges());
         }
+        // Most requests have one buffer: its entry without the loop.
+        match (self.n, &self.items[0], out) {
+            (1, Some(l), [sge, ..]) => Ok((1, sge_of(l, sge)?)),
+            (_, _, out) => self.build_many(out),
+        }
+    }
+
+    /// `build` of a list of other than one entry (or with its first taken).
+    #[cold]
+    #[inline(never)]
+    fn build_many(
+        &self,
+        out: &mut [MaybeUninit<sys::ibv_sge>; MAX_SGE],
+    ) -> Result<(i32, u64), Error> {
         let mut total = 0u64;
         for (sge, l) in out
             .iter_mut()
@@ -285,26 +299,33 @@ impl<B: NicBuf> Sgl<B> {
         {
             // A list with a buffer taken out is never posted again.
             let Some(l) = l else { return Err(taken()) };
-            let Ok(length) = u32::try_from(l.len) else {
-                return Err(too_long());
-            };
-            // A loan of a prepared request's buffer may have swapped in a
-            // shorter one: the range must still lie inside it.
-            if l.offset
-                .checked_add(l.len)
-                .is_none_or(|end| end > l.buf.len())
-            {
-                return Err(outside());
-            }
-            sge.write(sys::ibv_sge {
-                addr: l.buf.addr() + l.offset as u64,
-                length,
-                lkey: l.buf.lkey(),
-            });
-            total += u64::from(length);
+            total += sge_of(l, sge)?;
         }
         Ok((i32::from(self.n), total))
     }
+}
+
+/// Writes the entry of `l` into `sge`: refused when longer than 4 GiB or
+/// when its range leaves its buffer. Returns its length.
+#[inline(always)]
+fn sge_of<B: NicBuf>(l: &Local<B>, sge: &mut MaybeUninit<sys::ibv_sge>) -> Result<u64, Error> {
+    let Ok(length) = u32::try_from(l.len) else {
+        return Err(too_long());
+    };
+    // A loan of a prepared request's buffer may have swapped in a
+    // shorter one: the range must still lie inside it.
+    if l.offset
+        .checked_add(l.len)
+        .is_none_or(|end| end > l.buf.len())
+    {
+        return Err(outside());
+    }
+    sge.write(sys::ibv_sge {
+        addr: l.buf.addr() + l.offset as u64,
+        length,
+        lkey: l.buf.lkey(),
+    });
+    Ok(u64::from(length))
 }
 
 #[cold]
