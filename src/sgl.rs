@@ -75,7 +75,8 @@ impl<B> Drop for Sgl<B> {
     #[inline(always)]
     fn drop(&mut self) {
         if self.n != 0 {
-            drop_items(&mut self.items);
+            // By value: the list's address never leaves its frame.
+            drop_items(core::mem::take(&mut *self.items));
         }
     }
 }
@@ -94,8 +95,8 @@ fn from_many<B>(first: Option<Local<B>>, rest: Rest<B>) -> Sgl<B> {
 }
 
 #[cold]
-fn drop_items<B>(items: &mut [Option<Local<B>>; MAX_SGE]) {
-    drop(core::mem::take(items));
+fn drop_items<B>(items: [Option<Local<B>>; MAX_SGE]) {
+    drop(items);
 }
 
 impl<B> Sgl<B> {
@@ -277,38 +278,38 @@ impl<B: NicBuf> Sgl<B> {
         if u32::from(self.n) > max_sge {
             return Err(too_many_sges());
         }
-        // Most requests have one buffer: its entry without the loop.
-        match (self.n, &self.items[0], out) {
-            (1, Some(l), [sge, ..]) => Ok((1, sge_of(l, sge)?)),
-            (_, _, out) => self.build_many(out),
+        // Constant indices only, no call that takes the list's address:
+        // a request built and posted in one function can stay in
+        // registers.
+        let n = self.n;
+        let [a, b, c, d] = &*self.items;
+        let [o0, o1, o2, o3] = out;
+        let mut total = 0;
+        if n > 0 {
+            total += entry(a, o0)?;
+            if n > 1 {
+                total += entry(b, o1)?;
+                if n > 2 {
+                    total += entry(c, o2)?;
+                    if n > 3 {
+                        total += entry(d, o3)?;
+                    }
+                }
+            }
         }
-    }
-
-    /// `build` of a list of other than one entry (or with its first taken).
-    #[cold]
-    #[inline(never)]
-    fn build_many(
-        &self,
-        out: &mut [MaybeUninit<sys::ibv_sge>; MAX_SGE],
-    ) -> Result<(i32, u64), Error> {
-        let mut total = 0u64;
-        for (sge, l) in out
-            .iter_mut()
-            .zip(self.items.iter())
-            .take(usize::from(self.n))
-        {
-            // A list with a buffer taken out is never posted again.
-            let Some(l) = l else { return Err(taken()) };
-            total += sge_of(l, sge)?;
-        }
-        Ok((i32::from(self.n), total))
+        Ok((i32::from(n), total))
     }
 }
 
-/// Writes the entry of `l` into `sge`: refused when longer than 4 GiB or
+/// Writes the entry of `l` into `sge`: refused when its buffer was taken
+/// out (a list with a hole is never posted again), longer than 4 GiB or
 /// when its range leaves its buffer. Returns its length.
 #[inline(always)]
-fn sge_of<B: NicBuf>(l: &Local<B>, sge: &mut MaybeUninit<sys::ibv_sge>) -> Result<u64, Error> {
+fn entry<B: NicBuf>(
+    l: &Option<Local<B>>,
+    sge: &mut MaybeUninit<sys::ibv_sge>,
+) -> Result<u64, Error> {
+    let Some(l) = l else { return Err(taken()) };
     let Ok(length) = u32::try_from(l.len) else {
         return Err(too_long());
     };
