@@ -282,17 +282,16 @@ impl<B: NicBuf> Sgl<B> {
         // a request built and posted in one function can stay in
         // registers.
         let n = self.n;
-        let [a, b, c, d] = &*self.items;
-        let [o0, o1, o2, o3] = out;
+        let items = &*self.items;
         let mut total = 0;
         if n > 0 {
-            total += entry(a, o0)?;
+            total += entry(&items[0], &mut out[0])?;
             if n > 1 {
-                total += entry(b, o1)?;
+                total += entry(&items[1], &mut out[1])?;
                 if n > 2 {
-                    total += entry(c, o2)?;
+                    total += entry(&items[2], &mut out[2])?;
                     if n > 3 {
-                        total += entry(d, o3)?;
+                        total += entry(&items[3], &mut out[3])?;
                     }
                 }
             }
