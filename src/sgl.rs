@@ -75,7 +75,8 @@ impl<B> Drop for Sgl<B> {
     #[inline(always)]
     fn drop(&mut self) {
         if self.n != 0 {
-            drop_items(&mut self.items);
+            // By value: the list's address never leaves its frame.
+            drop_items(core::mem::take(&mut *self.items));
         }
     }
 }
@@ -94,8 +95,8 @@ fn from_many<B>(first: Option<Local<B>>, rest: Rest<B>) -> Sgl<B> {
 }
 
 #[cold]
-fn drop_items<B>(items: &mut [Option<Local<B>>; MAX_SGE]) {
-    drop(core::mem::take(items));
+fn drop_items<B>(items: [Option<Local<B>>; MAX_SGE]) {
+    drop(items);
 }
 
 impl<B> Sgl<B> {
@@ -277,34 +278,54 @@ impl<B: NicBuf> Sgl<B> {
         if u32::from(self.n) > max_sge {
             return Err(too_many_sges());
         }
-        let mut total = 0u64;
-        for (sge, l) in out
-            .iter_mut()
-            .zip(self.items.iter())
-            .take(usize::from(self.n))
-        {
-            // A list with a buffer taken out is never posted again.
-            let Some(l) = l else { return Err(taken()) };
-            let Ok(length) = u32::try_from(l.len) else {
-                return Err(too_long());
-            };
-            // A loan of a prepared request's buffer may have swapped in a
-            // shorter one: the range must still lie inside it.
-            if l.offset
-                .checked_add(l.len)
-                .is_none_or(|end| end > l.buf.len())
-            {
-                return Err(outside());
+        // Constant indices only, no call that takes the list's address:
+        // a request built and posted in one function can stay in
+        // registers.
+        let n = self.n;
+        let items = &*self.items;
+        let mut total = 0;
+        if n > 0 {
+            total += entry(&items[0], &mut out[0])?;
+            if n > 1 {
+                total += entry(&items[1], &mut out[1])?;
+                if n > 2 {
+                    total += entry(&items[2], &mut out[2])?;
+                    if n > 3 {
+                        total += entry(&items[3], &mut out[3])?;
+                    }
+                }
             }
-            sge.write(sys::ibv_sge {
-                addr: l.buf.addr() + l.offset as u64,
-                length,
-                lkey: l.buf.lkey(),
-            });
-            total += u64::from(length);
         }
-        Ok((i32::from(self.n), total))
+        Ok((i32::from(n), total))
     }
+}
+
+/// Writes the entry of `l` into `sge`: refused when its buffer was taken
+/// out (a list with a hole is never posted again), longer than 4 GiB or
+/// when its range leaves its buffer. Returns its length.
+#[inline(always)]
+fn entry<B: NicBuf>(
+    l: &Option<Local<B>>,
+    sge: &mut MaybeUninit<sys::ibv_sge>,
+) -> Result<u64, Error> {
+    let Some(l) = l else { return Err(taken()) };
+    let Ok(length) = u32::try_from(l.len) else {
+        return Err(too_long());
+    };
+    // A loan of a prepared request's buffer may have swapped in a
+    // shorter one: the range must still lie inside it.
+    if l.offset
+        .checked_add(l.len)
+        .is_none_or(|end| end > l.buf.len())
+    {
+        return Err(outside());
+    }
+    sge.write(sys::ibv_sge {
+        addr: l.buf.addr() + l.offset as u64,
+        length,
+        lkey: l.buf.lkey(),
+    });
+    Ok(u64::from(length))
 }
 
 #[cold]

@@ -54,7 +54,7 @@ static GLOBAL: heap_count::Counting = heap_count::Counting;
 /// run with the parameters perf derives from them. Sizes take both the
 /// inline and the buffered path where the test has both; counts give
 /// thousands of post/poll cycles per case.
-const CASES: [&str; 13] = [
+const CASES: [&str; 14] = [
     "write_lat -s 64 -I 220 -n 2000",
     "write_lat -s 4096 -I 220 -n 2000",
     "send_lat -s 64 -I 236 -n 2000",
@@ -65,6 +65,7 @@ const CASES: [&str; 13] = [
     "write_bw -s 64 -I 64 -n 5000",
     "write_bw -s 2 -I 0 -l 16 -n 8000",
     "write_bw -s 2 -I 0 -l 16 --plain -n 8000",
+    "write_bw -s 2 -I 0 --plain -n 8000",
     "write_bw -s 2 -I 64 -l 16 -n 8000",
     "read_bw -s 4096 -q 2 -n 2000",
     "send_bw -s 1024 -q 2 -n 3000",

@@ -2,7 +2,7 @@
 //! pair's prepared request, else through the engine's posts for chains,
 //! own-buffer requests and several queue pairs) and `send_bw`'s receiver.
 
-use verbs::{site, ArenaBuf, Error, ErrorKind, Local, PreparedSend, Queue, SendRequest};
+use verbs::{site, ArenaBuf, Error, ErrorKind, Local, PreparedSend, Queue, SendOp, SendRequest};
 
 use super::clock::ticks;
 use super::loops::{
@@ -34,6 +34,11 @@ pub(super) fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
     while done < total {
         for lane in lanes.iter_mut() {
             let op = operation(lane, p)?;
+            if list == 1 && lane.ping.is_none() {
+                let stamps_now = stamps.posted.get_mut(posted as usize..);
+                posted += post_own(lane, op, stamps_now.ok_or_else(no_stamp)?, depth, cq_mod, p)?;
+                continue;
+            }
             while lane.posted < p.iters {
                 let n = list.min(p.iters - lane.posted);
                 if lane.posted - lane.done + n > depth {
@@ -58,13 +63,6 @@ pub(super) fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
                     } else {
                         lane.qp.post_prepared_unsignaled(source)?;
                     }
-                } else if n == 1 {
-                    // One request: built and posted as a new user would.
-                    let buf = lane.sends.pop().ok_or_else(no_buffer)?;
-                    let local = Local::range(buf, 0, p.size).map_err(|(e, _)| e)?;
-                    let req = SendRequest::new(op, local);
-                    let req = if signaled(k) { req } else { req.unsignaled() };
-                    lane.qp.post_send(req).map_err(|e| e.error)?;
                 } else {
                     for (j, slot) in chain.iter_mut().enumerate().take(n as usize) {
                         let buf = lane.sends.pop().ok_or_else(no_buffer)?;
@@ -99,6 +97,43 @@ pub(super) fn stream(side: &mut Side, p: &Params) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// `stream`'s posts on a lane without a prepared request, one request
+/// per post (`--plain`): each built on a buffer of its own and posted as
+/// a new user would, as many as the lane's window has room for, every
+/// `cq_mod`-th and the last signaled; `stamps` from the first one's on.
+/// Returns how many it posted. A function of its own, so that the post
+/// inlined into it keeps its values in registers.
+#[inline(never)]
+fn post_own(
+    lane: &mut Lane,
+    op: SendOp,
+    stamps: &mut [u64],
+    depth: u64,
+    cq_mod: u64,
+    p: &Params,
+) -> Result<u64, Error> {
+    let first = lane.posted;
+    // Counted down rather than a division per request: the next one
+    // signaled is request `next_signaled - 1`.
+    let mut next_signaled = (first / cq_mod + 1) * cq_mod;
+    let mut stamps = stamps.iter_mut();
+    while lane.posted < p.iters && lane.posted - lane.done < depth {
+        *stamps.next().ok_or_else(no_stamp)? = ticks();
+        let k = lane.posted + 1;
+        let buf = lane.sends.pop().ok_or_else(no_buffer)?;
+        let local = Local::range(buf, 0, p.size).map_err(|(e, _)| e)?;
+        let mut req = SendRequest::new(op, local);
+        if k == next_signaled {
+            next_signaled += cq_mod;
+        } else if k != p.iters {
+            req = req.unsignaled();
+        }
+        lane.qp.post_send(req).map_err(|e| e.error)?;
+        lane.posted = k;
+    }
+    Ok(lane.posted - first)
 }
 
 /// The bandwidth sender of one queue pair's prepared request, one per

@@ -238,15 +238,15 @@ impl<B> Flights<B> {
             0 | 1 => NONE,
             _ => self.spill(sgl.take_rest()),
         };
-        let first = sgl.take_head();
         let (e, f) = self.take();
         f.next = NONE;
         f.more = more;
         f.tag = tag;
         f.opcode = opcode;
         f.prepared = NOT_PREPARED;
-        // A released entry holds no buffer: nothing to drop.
-        core::mem::forget(core::mem::replace(&mut f.buf, first));
+        // A released entry holds no buffer: nothing to drop. Taken out of
+        // the list straight into the entry (not through a local first).
+        core::mem::forget(core::mem::replace(&mut f.buf, sgl.take_head()));
         self.link(ring, e);
         ring.push_filled();
     }
