@@ -1,8 +1,10 @@
 //! A finished request: lent to the poll's callback ([`CompletionRef`],
 //! read from the completion entry and from what the engine kept of the
 //! request, a buffer moved only on `take_buf`) or owned ([`Completion`]).
-//! Buffers the callback leaves are dropped when it returns: the device is
-//! done with them. The callback may post on the engine it is lent from
+//! A shared receive's buffers stay in their slot while lent: the callback
+//! reads them there (`buf`) and may post them again in place
+//! (`repost_recv`). Buffers the callback leaves are dropped when it
+//! returns: the device is done with them. The callback may post on the engine it is lent from
 //! ([`CompletionRef::poster`]): the request it holds is retired already,
 //! its entry released.
 
@@ -22,7 +24,8 @@ use super::ring::NONE;
 pub(crate) enum Origin {
     /// Its queue pair's queue.
     Ring,
-    /// The shared receive queue.
+    /// The shared receive queue: its buffers stay in the slot lent to
+    /// the callback (`SrqSlots::lend`) until taken or posted again.
     Srq,
     /// Nothing: a raw post (its buffers were never the engine's).
     Raw,
@@ -180,14 +183,47 @@ impl<B, P: Provider> CompletionRef<'_, B, P> {
         check_status(self.status(), self.opcode(), self.is_recv)
     }
 
-    /// Takes the first buffer the request still holds.
+    /// The first buffer the request still holds, to read in place
+    /// ([`crate::HostBuf::read_at`]): while lent it is posted nowhere, so
+    /// no peer writes it, and a post of it again (`repost_recv`, `&mut
+    /// self`) waits for this borrow to end. `None` once taken, posted
+    /// again, or for a request whose buffers stay elsewhere (a prepared
+    /// request's, a raw post's).
+    #[inline]
+    pub fn buf(&self) -> Option<&B> {
+        if self.origin == Origin::Srq {
+            if let Some(b) = self.engine.srq.as_ref().and_then(|s| s.lent_first()) {
+                return Some(b);
+            }
+        }
+        self.kept.first.as_ref().map(|l| &l.buf)
+    }
+
+    /// Takes the first buffer the request still holds (`None` once it is
+    /// posted again).
     #[inline]
     pub fn take_buf(&mut self) -> Option<B> {
+        if self.origin == Origin::Srq {
+            self.take_from_slot();
+        }
         self.engine.flights[usize::from(self.side)].take_first(&mut self.kept)
+    }
+
+    /// A shared receive still in its slot: its buffers moved into this
+    /// completion, the slot free.
+    #[cold]
+    #[inline(never)]
+    fn take_from_slot(&mut self) {
+        if let Some(mut sgl) = self.engine.srq.as_mut().and_then(|s| s.take_lent()) {
+            self.hold(&mut sgl);
+        }
     }
 
     /// Every buffer the request still holds, as a list; none left here.
     pub(crate) fn take_sgl(&mut self) -> Sgl<B> {
+        if self.origin == Origin::Srq {
+            self.take_from_slot();
+        }
         let sgl = self.engine.flights[usize::from(self.side)].take_sgl(&mut self.kept);
         // Its overflow entry, if any, is released: nothing to release if
         // the callback panics.
