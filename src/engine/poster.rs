@@ -4,9 +4,12 @@
 //!
 //! Sound because the router lends each finished request only once it is
 //! retired (its table entry released, its buffers moved into the
-//! [`CompletionRef`]) and keeps no borrow of the engine across the
-//! callback: a post from the callback is a post like any other, one more
-//! request in flight after the ones the completion finishes. A [`Poster`]
+//! [`CompletionRef`], or a shared receive's left in its slot, which is no
+//! longer posted) and keeps no borrow of the engine across the callback:
+//! a post from the callback is a post like any other, one more request in
+//! flight after the ones the completion finishes. A shared receive posted
+//! again in place leaves the slot, so nothing of it is left to read, take
+//! or post twice. A [`Poster`]
 //! reaches the posts, and the bytes of a prepared send none of whose posts
 //! is in flight (a reply from a ring of prepared ones), and nothing else:
 //! it cannot poll (the callback would run inside itself), remove or reset
