@@ -4,9 +4,9 @@
 //! A shared receive's buffers stay in their slot while lent: the callback
 //! reads them there (`buf`) and may post them again in place
 //! (`repost_recv`). Buffers the callback leaves are dropped when it
-//! returns: the device is done with them. The callback may post on the engine it is lent from
-//! ([`CompletionRef::poster`]): the request it holds is retired already,
-//! its entry released.
+//! returns: the device is done with them. The callback may post on the
+//! engine it is lent from ([`CompletionRef::poster`]): the request it
+//! holds is retired already, its entry released.
 
 use crate::error::{site, Error};
 use crate::sgl::Sgl;

@@ -8,13 +8,13 @@
 //! longer posted) and keeps no borrow of the engine across the callback:
 //! a post from the callback is a post like any other, one more request in
 //! flight after the ones the completion finishes. A shared receive posted
-//! again in place leaves the slot, so nothing of it is left to read, take
-//! or post twice. A [`Poster`]
-//! reaches the posts, and the bytes of a prepared send none of whose posts
-//! is in flight (a reply from a ring of prepared ones), and nothing else:
-//! it cannot poll (the callback would run inside itself), remove or reset
-//! a queue pair, start a lane, or release a prepared request. A queue pair
-//! a lane holds refuses posts from the lane's own callback (`lane.rs`).
+//! again in place is the device's again: nothing of it is left to the
+//! callback to read, take or post twice. A [`Poster`] reaches the posts,
+//! and the bytes of a prepared send none of whose posts is in flight (a
+//! reply from a ring of prepared ones), and nothing else: it cannot poll
+//! (the callback would run inside itself), remove or reset a queue pair,
+//! start a lane, or release a prepared request. A queue pair a lane holds
+//! refuses posts from the lane's own callback (`lane.rs`).
 
 use crate::error::{site, Error};
 use crate::memory::{HostBuf, NicBuf};
