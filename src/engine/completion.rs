@@ -19,13 +19,18 @@ use super::prepared_table::Prepared;
 use super::qp_slot::QpId;
 use super::ring::NONE;
 
+/// `Retired::more` of a shared receive whose buffers are still in the
+/// slot lent to the callback (`SrqSlots::lend`), not in an overflow entry.
+pub(crate) const IN_SLOT: u32 = NONE - 1;
+
 /// Where a finished request was kept.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Origin {
     /// Its queue pair's queue.
     Ring,
     /// The shared receive queue: its buffers stay in the slot lent to
-    /// the callback (`SrqSlots::lend`) until taken or posted again.
+    /// the callback (`SrqSlots::lend`; `kept.more` is `IN_SLOT`) until
+    /// taken or posted again.
     Srq,
     /// Nothing: a raw post (its buffers were never the engine's).
     Raw,
@@ -191,10 +196,8 @@ impl<B, P: Provider> CompletionRef<'_, B, P> {
     /// request's, a raw post's).
     #[inline]
     pub fn buf(&self) -> Option<&B> {
-        if self.origin == Origin::Srq {
-            if let Some(b) = self.engine.srq.as_ref().and_then(|s| s.lent_first()) {
-                return Some(b);
-            }
+        if self.kept.more == IN_SLOT {
+            return self.engine.srq.as_ref().and_then(|s| s.lent_first());
         }
         self.kept.first.as_ref().map(|l| &l.buf)
     }
@@ -203,17 +206,25 @@ impl<B, P: Provider> CompletionRef<'_, B, P> {
     /// posted again).
     #[inline]
     pub fn take_buf(&mut self) -> Option<B> {
-        if self.origin == Origin::Srq {
-            self.take_from_slot();
+        // The common case on `kept` alone, as `Flights::take_first`; the
+        // others out of line, given values rather than `self`, so that an
+        // inlined callback's completion can live in registers.
+        match self.kept.first.take() {
+            Some(l) => Some(l.buf),
+            None if self.kept.more != NONE => {
+                let (buf, more) = take_elsewhere(&mut *self.engine, self.kept.more, self.side);
+                self.kept.more = more;
+                buf
+            }
+            None => None,
         }
-        self.engine.flights[usize::from(self.side)].take_first(&mut self.kept)
     }
 
     /// A shared receive still in its slot: its buffers moved into this
     /// completion, the slot free.
     #[cold]
-    #[inline(never)]
     fn take_from_slot(&mut self) {
+        self.kept.more = NONE;
         if let Some(mut sgl) = self.engine.srq.as_mut().and_then(|s| s.take_lent()) {
             self.hold(&mut sgl);
         }
@@ -221,7 +232,7 @@ impl<B, P: Provider> CompletionRef<'_, B, P> {
 
     /// Every buffer the request still holds, as a list; none left here.
     pub(crate) fn take_sgl(&mut self) -> Sgl<B> {
-        if self.origin == Origin::Srq {
+        if self.kept.more == IN_SLOT {
             self.take_from_slot();
         }
         let sgl = self.engine.flights[usize::from(self.side)].take_sgl(&mut self.kept);
@@ -361,4 +372,33 @@ fn completion_error(status: WcStatus, opcode: WcOpcode, is_recv: bool) -> Error 
         site!("send completion")
     };
     Error::completion(site, status, opcode)
+}
+
+/// `take_buf` of a buffer not in `kept.first`: in the lent slot (`more`
+/// is `IN_SLOT`: its buffers move out, the slot free, those after the
+/// first into an overflow entry of table `side`) or in overflow entry
+/// `more`. Returns the buffer and what `kept.more` is now.
+#[cold]
+#[inline(never)]
+fn take_elsewhere<B, P: Provider>(
+    engine: &mut Engine<B, P>,
+    more: u32,
+    side: bool,
+) -> (Option<B>, u32) {
+    let flights = &mut engine.flights[usize::from(side)];
+    let mut kept = Retired {
+        more,
+        ..Retired::bare(0, WcOpcode::RECV)
+    };
+    if more == IN_SLOT {
+        kept.more = NONE;
+        if let Some(mut sgl) = engine.srq.as_mut().and_then(|s| s.take_lent()) {
+            flights.hold(&mut kept, &mut sgl);
+            if kept.more != NONE {
+                engine.lent = kept.more | u32::from(side) << 31;
+            }
+        }
+    }
+    let buf = flights.take_first(&mut kept);
+    (buf, kept.more)
 }

@@ -17,7 +17,7 @@ use crate::memory::NicBuf;
 use crate::sys::{self, ibv_wc_opcode as WcOpcode, ibv_wc_status as WcStatus};
 use crate::time::Deadline;
 
-use super::completion::{Completion, CompletionRef, Origin};
+use super::completion::{Completion, CompletionRef, Origin, IN_SLOT};
 use super::config::Queue;
 use super::core::Engine;
 use super::doorbell::Provider;
@@ -305,7 +305,10 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 on_done(CompletionRef {
                     wc,
                     origin: Origin::Srq,
-                    kept: Retired::bare(tag, WcOpcode::RECV),
+                    kept: Retired {
+                        more: IN_SLOT,
+                        ..Retired::bare(tag, WcOpcode::RECV)
+                    },
                     side,
                     own_entry: true,
                     is_recv: true,

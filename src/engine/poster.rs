@@ -20,13 +20,14 @@ use crate::error::{site, Error};
 use crate::memory::{HostBuf, NicBuf};
 use crate::wr::{RecvRequest, SendOp, SendRequest};
 
-use super::completion::{CompletionRef, Origin};
+use super::completion::{CompletionRef, Origin, IN_SLOT};
 use super::config::Queue;
 use super::core::{no_such_qp, Engine};
 use super::doorbell::{self, Provider, Verbs};
 use super::post::PostError;
 use super::prepared_table::{PreparedHandle, PreparedSend};
 use super::qp_slot::{QpId, QpState};
+use super::ring::NONE;
 use super::ud::UdDest;
 
 /// The posts of the engine a poll's callback was lent from: see
@@ -113,7 +114,12 @@ impl<'a, B: NicBuf, P: Provider> CompletionRef<'a, B, P> {
     #[inline]
     pub fn repost_recv(&mut self) -> Result<(), Error> {
         if self.origin == Origin::Srq {
-            return self.engine.repost_lent_srq();
+            if self.kept.more != IN_SLOT {
+                return Err(not_lent());
+            }
+            self.engine.repost_lent_srq()?;
+            self.kept.more = NONE;
+            return Ok(());
         }
         if !self.is_recv || self.origin == Origin::Raw {
             return Err(Error::invalid(site!(
