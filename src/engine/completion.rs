@@ -9,7 +9,7 @@
 //! holds is retired already, its entry released.
 
 use crate::error::{site, Error};
-use crate::sgl::Sgl;
+use crate::sgl::{Local, Sgl};
 use crate::sys::{self, ibv_wc_opcode as WcOpcode, ibv_wc_status as WcStatus};
 
 use super::core::Engine;
@@ -220,20 +220,10 @@ impl<B, P: Provider> CompletionRef<'_, B, P> {
         }
     }
 
-    /// A shared receive still in its slot: its buffers moved into this
-    /// completion, the slot free.
-    #[cold]
-    fn take_from_slot(&mut self) {
-        self.kept.more = NONE;
-        if let Some(mut sgl) = self.engine.srq.as_mut().and_then(|s| s.take_lent()) {
-            self.hold(&mut sgl);
-        }
-    }
-
     /// Every buffer the request still holds, as a list; none left here.
     pub(crate) fn take_sgl(&mut self) -> Sgl<B> {
         if self.kept.more == IN_SLOT {
-            self.take_from_slot();
+            (self.kept.first, self.kept.more) = from_slot(&mut *self.engine, self.side);
         }
         let sgl = self.engine.flights[usize::from(self.side)].take_sgl(&mut self.kept);
         // Its overflow entry, if any, is released: nothing to release if
@@ -385,20 +375,28 @@ fn take_elsewhere<B, P: Provider>(
     more: u32,
     side: bool,
 ) -> (Option<B>, u32) {
-    let flights = &mut engine.flights[usize::from(side)];
     let mut kept = Retired {
         more,
         ..Retired::bare(0, WcOpcode::RECV)
     };
     if more == IN_SLOT {
-        kept.more = NONE;
-        if let Some(mut sgl) = engine.srq.as_mut().and_then(|s| s.take_lent()) {
-            flights.hold(&mut kept, &mut sgl);
-            if kept.more != NONE {
-                engine.lent = kept.more | u32::from(side) << 31;
-            }
+        (kept.first, kept.more) = from_slot(engine, side);
+    }
+    let buf = engine.flights[usize::from(side)].take_first(&mut kept);
+    (buf, kept.more)
+}
+
+/// The buffers of the shared receive lent in its slot, moved out (the
+/// slot free): the first, and the overflow entry of table `side` holding
+/// the others (released by the router after the callback), or `NONE`.
+#[cold]
+fn from_slot<B, P: Provider>(engine: &mut Engine<B, P>, side: bool) -> (Option<Local<B>>, u32) {
+    let mut kept = Retired::bare(0, WcOpcode::RECV);
+    if let Some(mut sgl) = engine.srq.as_mut().and_then(|s| s.take_lent()) {
+        engine.flights[usize::from(side)].hold(&mut kept, &mut sgl);
+        if kept.more != NONE {
+            engine.lent = kept.more | u32::from(side) << 31;
         }
     }
-    let buf = flights.take_first(&mut kept);
-    (buf, kept.more)
+    (kept.first.take(), kept.more)
 }
