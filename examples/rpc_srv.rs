@@ -2,8 +2,10 @@
 //! crate: an `Engine` with a shared receive queue, one RC queue pair on it,
 //! a ring of prepared replies on that queue pair (registered and checked
 //! once, as a C server keeps its reply buffers), and a poll callback that
-//! answers each request from inside the poll and posts the request's
-//! buffer back to the shared receive queue (`poster().post_srq_recv`).
+//! answers each request from inside the poll, reading the request where
+//! it landed (`CompletionRef::buf`), and posts the receive again in place
+//! (`repost_recv`: the same slot, buffer and entry, as a C server posts
+//! its `ibv_recv_wr` again).
 //! `tests/softroce/critpath rpc_srv` counts its loop per request against
 //! `tests/softroce/rpc_srv.c`, the same loop in C with the same verbs;
 //! that program's client role drives both (28 bytes each way over TCP:
@@ -17,7 +19,7 @@
 //! next prepared reply (`write_prepared`: refused while that reply's last
 //! post is in flight), the reply posted unsignaled (the engine asks for a
 //! completion every half queue, which covers the ones before it), the
-//! receive's buffer posted again. A reply built per request instead
+//! receive posted again in its slot. A reply built per request instead
 //! (`CompletionRef::reply` with a `SendRequest`, as `examples/rpc` does
 //! for replies of any size on any of its queue pairs) costs more: its
 //! buffer moves into the engine and back (docs/PERF.md).
@@ -127,12 +129,14 @@ fn main() -> Result<(), Error> {
             if !c.is_recv() {
                 return;
             }
-            let Some(buf) = c.take_buf() else { return };
             let reply = ring[replies as usize % SEND_DEPTH];
             let mut id = [0u8; 8];
+            let read = match c.buf() {
+                Some(buf) => buf.read_at(0, &mut id),
+                None => return,
+            };
             let mut post = c.poster();
-            let answered = buf
-                .read_at(0, &mut id)
+            let answered = read
                 .and_then(|()| post.write_prepared(reply, 0, &id))
                 .and_then(|()| post.post_prepared_unsignaled(reply));
             if let Err(e) = answered {
@@ -140,8 +144,8 @@ fn main() -> Result<(), Error> {
                 return;
             }
             replies += 1;
-            if let Err(e) = post.post_srq_recv(RecvRequest::new(buf)) {
-                failed.get_or_insert(e.error);
+            if let Err(e) = c.repost_recv() {
+                failed.get_or_insert(e);
             }
         })?;
         if let Some(e) = failed {

@@ -152,6 +152,12 @@ impl<B> Sgl<B> {
         self.items.iter().flatten().map(|l| l.len).sum()
     }
 
+    /// The first entry's buffer, if it is still held.
+    #[inline(always)]
+    pub(crate) fn first(&self) -> Option<&B> {
+        self.items[0].as_ref().map(|l| &l.buf)
+    }
+
     /// Takes the first buffer still held (most requests have exactly one).
     #[inline(always)]
     pub(crate) fn take_first(&mut self) -> Option<B> {

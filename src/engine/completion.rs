@@ -1,13 +1,15 @@
 //! A finished request: lent to the poll's callback ([`CompletionRef`],
 //! read from the completion entry and from what the engine kept of the
 //! request, a buffer moved only on `take_buf`) or owned ([`Completion`]).
-//! Buffers the callback leaves are dropped when it returns: the device is
-//! done with them. The callback may post on the engine it is lent from
-//! ([`CompletionRef::poster`]): the request it holds is retired already,
-//! its entry released.
+//! A shared receive's buffers stay in their slot while lent: the callback
+//! reads them there (`buf`) and may post them again in place
+//! (`repost_recv`). Buffers the callback leaves are dropped when it
+//! returns: the device is done with them. The callback may post on the
+//! engine it is lent from ([`CompletionRef::poster`]): the request it
+//! holds is retired already, its entry released.
 
 use crate::error::{site, Error};
-use crate::sgl::Sgl;
+use crate::sgl::{Local, Sgl};
 use crate::sys::{self, ibv_wc_opcode as WcOpcode, ibv_wc_status as WcStatus};
 
 use super::core::Engine;
@@ -17,12 +19,18 @@ use super::prepared_table::Prepared;
 use super::qp_slot::QpId;
 use super::ring::NONE;
 
+/// `Retired::more` of a shared receive whose buffers are still in the
+/// slot lent to the callback (`SrqSlots::lend`), not in an overflow entry.
+pub(crate) const IN_SLOT: u32 = NONE - 1;
+
 /// Where a finished request was kept.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Origin {
     /// Its queue pair's queue.
     Ring,
-    /// The shared receive queue.
+    /// The shared receive queue: its buffers stay in the slot lent to
+    /// the callback (`SrqSlots::lend`; `kept.more` is `IN_SLOT`) until
+    /// taken or posted again.
     Srq,
     /// Nothing: a raw post (its buffers were never the engine's).
     Raw,
@@ -180,14 +188,43 @@ impl<B, P: Provider> CompletionRef<'_, B, P> {
         check_status(self.status(), self.opcode(), self.is_recv)
     }
 
-    /// Takes the first buffer the request still holds.
+    /// The first buffer the request still holds, to read in place
+    /// ([`crate::HostBuf::read_at`]): while lent it is posted nowhere, so
+    /// no peer writes it, and a post of it again (`repost_recv`, `&mut
+    /// self`) waits for this borrow to end. `None` once taken, posted
+    /// again, or for a request whose buffers stay elsewhere (a prepared
+    /// request's, a raw post's).
+    #[inline]
+    pub fn buf(&self) -> Option<&B> {
+        if self.kept.more == IN_SLOT {
+            return self.engine.srq.as_ref().and_then(|s| s.lent_first());
+        }
+        self.kept.first.as_ref().map(|l| &l.buf)
+    }
+
+    /// Takes the first buffer the request still holds (`None` once it is
+    /// posted again).
     #[inline]
     pub fn take_buf(&mut self) -> Option<B> {
-        self.engine.flights[usize::from(self.side)].take_first(&mut self.kept)
+        // The common case on `kept` alone, as `Flights::take_first`; the
+        // others out of line, given values rather than `self`, so that an
+        // inlined callback's completion can live in registers.
+        match self.kept.first.take() {
+            Some(l) => Some(l.buf),
+            None if self.kept.more != NONE => {
+                let (buf, more) = take_elsewhere(&mut *self.engine, self.kept.more, self.side);
+                self.kept.more = more;
+                buf
+            }
+            None => None,
+        }
     }
 
     /// Every buffer the request still holds, as a list; none left here.
     pub(crate) fn take_sgl(&mut self) -> Sgl<B> {
+        if self.kept.more == IN_SLOT {
+            (self.kept.first, self.kept.more) = from_slot(&mut *self.engine, self.side);
+        }
         let sgl = self.engine.flights[usize::from(self.side)].take_sgl(&mut self.kept);
         // Its overflow entry, if any, is released: nothing to release if
         // the callback panics.
@@ -325,4 +362,41 @@ fn completion_error(status: WcStatus, opcode: WcOpcode, is_recv: bool) -> Error 
         site!("send completion")
     };
     Error::completion(site, status, opcode)
+}
+
+/// `take_buf` of a buffer not in `kept.first`: in the lent slot (`more`
+/// is `IN_SLOT`: its buffers move out, the slot free, those after the
+/// first into an overflow entry of table `side`) or in overflow entry
+/// `more`. Returns the buffer and what `kept.more` is now.
+#[cold]
+#[inline(never)]
+fn take_elsewhere<B, P: Provider>(
+    engine: &mut Engine<B, P>,
+    more: u32,
+    side: bool,
+) -> (Option<B>, u32) {
+    let mut kept = Retired {
+        more,
+        ..Retired::bare(0, WcOpcode::RECV)
+    };
+    if more == IN_SLOT {
+        (kept.first, kept.more) = from_slot(engine, side);
+    }
+    let buf = engine.flights[usize::from(side)].take_first(&mut kept);
+    (buf, kept.more)
+}
+
+/// The buffers of the shared receive lent in its slot, moved out (the
+/// slot free): the first, and the overflow entry of table `side` holding
+/// the others (released by the router after the callback), or `NONE`.
+#[cold]
+fn from_slot<B, P: Provider>(engine: &mut Engine<B, P>, side: bool) -> (Option<Local<B>>, u32) {
+    let mut kept = Retired::bare(0, WcOpcode::RECV);
+    if let Some(mut sgl) = engine.srq.as_mut().and_then(|s| s.take_lent()) {
+        engine.flights[usize::from(side)].hold(&mut kept, &mut sgl);
+        if kept.more != NONE {
+            engine.lent = kept.more | u32::from(side) << 31;
+        }
+    }
+    (kept.first.take(), kept.more)
 }

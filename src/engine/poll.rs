@@ -17,7 +17,7 @@ use crate::memory::NicBuf;
 use crate::sys::{self, ibv_wc_opcode as WcOpcode, ibv_wc_status as WcStatus};
 use crate::time::Deadline;
 
-use super::completion::{Completion, CompletionRef, Origin};
+use super::completion::{Completion, CompletionRef, Origin, IN_SLOT};
 use super::config::Queue;
 use super::core::Engine;
 use super::doorbell::Provider;
@@ -67,6 +67,9 @@ impl<B: NicBuf, P: Provider> Unrouted<'_, '_, B, P> {
     #[cold]
     #[inline(never)]
     fn route_rest(&mut self) {
+        if let Some(srq) = self.engine.srq.as_mut() {
+            srq.release_lent();
+        }
         self.engine.release_lent();
         for flights in &mut self.engine.flights {
             flights.release_detached();
@@ -279,11 +282,11 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 let Some(srq) = self.srq.as_mut() else {
                     return 0;
                 };
-                let Some((tag, sgl)) = srq.complete(slot, generation) else {
+                // Its buffers stay in the slot, lent: `CompletionRef::buf`,
+                // `repost_recv`, `take_buf` reach them there.
+                let Some(tag) = srq.lend(slot, generation) else {
                     return 0;
                 };
-                let mut kept = Retired::bare(tag, WcOpcode::RECV);
-                self.flights[usize::from(side)].hold(&mut kept, sgl);
                 if let Some(q) = qp {
                     let slot = &mut self.qps[q.index as usize];
                     slot.tally.srq_recvs += 1;
@@ -299,19 +302,27 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                         slot.tally.errors += 1;
                     }
                 }
-                if kept.more == NONE {
-                    on_done(CompletionRef {
-                        wc,
-                        origin: Origin::Srq,
-                        kept,
-                        side,
-                        own_entry: true,
-                        is_recv: true,
-                        qp,
-                        engine: self,
-                    });
-                } else {
-                    self.lend_several(wc, (Origin::Srq, kept, side, true, true, qp), on_done);
+                on_done(CompletionRef {
+                    wc,
+                    origin: Origin::Srq,
+                    kept: Retired {
+                        more: IN_SLOT,
+                        ..Retired::bare(tag, WcOpcode::RECV)
+                    },
+                    side,
+                    own_entry: true,
+                    is_recv: true,
+                    qp,
+                    engine: self,
+                });
+                // What the callback left in the slot is dropped, the slot
+                // free (by `Unrouted` if the callback panicked).
+                if let Some(srq) = self.srq.as_mut() {
+                    srq.release_lent();
+                }
+                if self.lent != NONE {
+                    // Taken out of the slot, several buffers, some left.
+                    self.release_lent();
                 }
                 1
             }

@@ -4,26 +4,30 @@
 //!
 //! Sound because the router lends each finished request only once it is
 //! retired (its table entry released, its buffers moved into the
-//! [`CompletionRef`]) and keeps no borrow of the engine across the
-//! callback: a post from the callback is a post like any other, one more
-//! request in flight after the ones the completion finishes. A [`Poster`]
-//! reaches the posts, and the bytes of a prepared send none of whose posts
-//! is in flight (a reply from a ring of prepared ones), and nothing else:
-//! it cannot poll (the callback would run inside itself), remove or reset
-//! a queue pair, start a lane, or release a prepared request. A queue pair
-//! a lane holds refuses posts from the lane's own callback (`lane.rs`).
+//! [`CompletionRef`], or a shared receive's left in its slot, which is no
+//! longer posted) and keeps no borrow of the engine across the callback:
+//! a post from the callback is a post like any other, one more request in
+//! flight after the ones the completion finishes. A shared receive posted
+//! again in place is the device's again: nothing of it is left to the
+//! callback to read, take or post twice. A [`Poster`] reaches the posts,
+//! and the bytes of a prepared send none of whose posts is in flight (a
+//! reply from a ring of prepared ones), and nothing else: it cannot poll
+//! (the callback would run inside itself), remove or reset a queue pair,
+//! start a lane, or release a prepared request. A queue pair a lane holds
+//! refuses posts from the lane's own callback (`lane.rs`).
 
 use crate::error::{site, Error};
 use crate::memory::{HostBuf, NicBuf};
 use crate::wr::{RecvRequest, SendOp, SendRequest};
 
-use super::completion::{CompletionRef, Origin};
+use super::completion::{CompletionRef, Origin, IN_SLOT};
 use super::config::Queue;
 use super::core::{no_such_qp, Engine};
-use super::doorbell::{Provider, Verbs};
+use super::doorbell::{self, Provider, Verbs};
 use super::post::PostError;
 use super::prepared_table::{PreparedHandle, PreparedSend};
 use super::qp_slot::{QpId, QpState};
+use super::ring::NONE;
 use super::ud::UdDest;
 
 /// The posts of the engine a poll's callback was lent from: see
@@ -99,12 +103,24 @@ impl<'a, B: NicBuf, P: Provider> CompletionRef<'a, B, P> {
     }
 
     /// Posts this receive's buffers again, with the same ranges and tag,
-    /// where it was posted: the shared receive queue, or its queue pair's
+    /// where it was posted: the shared receive queue (in place: the slot
+    /// it completed in, its entries as first built), or its queue pair's
     /// receive queue. Refused for a send, for a receive whose buffer was
-    /// taken out, and as [`Engine::post_recv`] is (a queue pair in ERR
-    /// after a failed or flushed receive); the buffers then stay with this
-    /// completion (`take_buf`, or dropped with it).
+    /// taken out or that was posted again already, and as
+    /// [`Engine::post_recv`] is (a queue pair in ERR after a failed or
+    /// flushed receive); the buffers then stay with this completion
+    /// (`take_buf`, or dropped with it). Once posted, nothing of it is
+    /// left here: `buf` and `take_buf` give `None`.
+    #[inline]
     pub fn repost_recv(&mut self) -> Result<(), Error> {
+        if self.origin == Origin::Srq {
+            if self.kept.more != IN_SLOT {
+                return Err(not_lent());
+            }
+            self.engine.repost_lent_srq()?;
+            self.kept.more = NONE;
+            return Ok(());
+        }
         if !self.is_recv || self.origin == Origin::Raw {
             return Err(Error::invalid(site!(
                 "repost_recv",
@@ -124,10 +140,9 @@ impl<'a, B: NicBuf, P: Provider> CompletionRef<'a, B, P> {
             tag: self.tag(),
             sgl,
         };
-        let refused = match (self.origin, self.qp) {
-            (Origin::Srq, _) => self.engine.post_srq_recv(req).err(),
-            (_, Some(qp)) => self.engine.post_recv(qp, req).err(),
-            (_, None) => Some(PostError {
+        let refused = match self.qp {
+            Some(qp) => self.engine.post_recv(qp, req).err(),
+            None => Some(PostError {
                 error: no_such_qp(),
                 request: req,
             }),
@@ -140,6 +155,32 @@ impl<'a, B: NicBuf, P: Provider> CompletionRef<'a, B, P> {
             }
         }
     }
+}
+
+impl<B: NicBuf, P: Provider> Engine<B, P> {
+    /// Posts the shared receive lent to the running callback again, in
+    /// its slot. Refused when none is lent (posted again already, or taken
+    /// out); on a refusal by the device it stays lent.
+    #[inline]
+    fn repost_lent_srq(&mut self) -> Result<(), Error> {
+        let Some((handle, slot, wr_id)) = self.srq.as_mut().and_then(|s| s.lent_for_repost())
+        else {
+            return Err(not_lent());
+        };
+        doorbell::srq_repost(&mut self.prov, handle, slot, wr_id)?;
+        if let Some(s) = self.srq.as_mut() {
+            s.reposted();
+        }
+        Ok(())
+    }
+}
+
+#[cold]
+fn not_lent() -> Error {
+    Error::invalid(site!(
+        "repost_recv",
+        "this shared receive was posted again already, or its buffers taken out"
+    ))
 }
 
 impl<B: NicBuf, P: Provider> Poster<'_, B, P> {

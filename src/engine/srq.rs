@@ -2,21 +2,46 @@
 //! pair. Receives complete in any order across queue pairs, so each has a
 //! slot with a generation rather than a ring position; its id names both,
 //! so a stale, duplicated or foreign id reaches no buffer.
+//!
+//! A completed receive's buffers stay in their slot, lent to the poll's
+//! callback (its generation moved on, so the old id reaches nothing): the
+//! callback reads them there, posts the slot again in place (its entries
+//! as its first post built them), or takes them out; what it leaves is
+//! dropped when it returns, the slot free.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
+use core::mem::MaybeUninit;
 
 use crate::error::{site, Error, ErrorKind};
-use crate::sgl::Sgl;
+use crate::sgl::{Sgl, MAX_SGE};
+use crate::sys;
 
 use super::id::{self, GEN_MASK};
+use super::ring::NONE;
 
-/// One receive's slot: its buffers from post to completion.
+/// Where a slot is between posts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum State {
+    Free,
+    Posted,
+    /// Completed, its buffers still here, lent to the poll's callback.
+    Lent,
+}
+
+/// One receive's slot: its buffers from post to completion, and while
+/// lent.
 pub(crate) struct SrqSlot<B> {
     pub(crate) tag: u64,
     pub(crate) sgl: Sgl<B>,
+    /// The first `num_sge` entries, built from `sgl` by the post that moved
+    /// it here (`doorbell::srq_recv`). Current while the slot is posted or
+    /// lent: `sgl` changes only by a take, which frees the slot, and a free
+    /// slot is posted again only by a post that builds them anew.
+    pub(crate) sges: [MaybeUninit<sys::ibv_sge>; MAX_SGE],
+    pub(crate) num_sge: i32,
     generation: u64,
-    posted: bool,
+    state: State,
 }
 
 /// The shared receive queue's handle and slots. `S` is the provider's handle.
@@ -25,6 +50,8 @@ pub(crate) struct SrqSlots<B, S> {
     slots: Box<[SrqSlot<B>]>,
     /// Free slot numbers; allocated once, never grows past `slots`.
     free: Vec<u32>,
+    /// The slot lent to the running callback, or `NONE`.
+    lent: u32,
     pub(crate) max_sge: u32,
 }
 
@@ -36,13 +63,16 @@ impl<B, S> SrqSlots<B, S> {
         slots.resize_with(capacity as usize, || SrqSlot {
             tag: 0,
             sgl: Sgl::empty(),
+            sges: [const { MaybeUninit::uninit() }; MAX_SGE],
+            num_sge: 0,
             generation: 0,
-            posted: false,
+            state: State::Free,
         });
         SrqSlots {
             srq,
             slots: slots.into_boxed_slice(),
             free: (0..capacity).rev().collect(),
+            lent: NONE,
             max_sge,
         }
     }
@@ -60,7 +90,7 @@ impl<B, S> SrqSlots<B, S> {
 
     /// Receives posted and not yet completed.
     pub(crate) fn posted(&self) -> usize {
-        self.slots.len() - self.free.len()
+        self.slots.len() - self.free.len() - usize::from(self.lent != NONE)
     }
 
     /// A free slot for the next receive, its id, and the slot's list to move
@@ -79,10 +109,10 @@ impl<B, S> SrqSlots<B, S> {
         Ok((slot, id::srq(slot, self.slots[slot as usize].generation)))
     }
 
-    /// The queue's handle and the list of a reserved slot, to move the
-    /// posted buffers into.
-    pub(crate) fn handle_and_sgl(&mut self, slot: u32) -> (&S, &mut Sgl<B>) {
-        (&self.srq, &mut self.slots[slot as usize].sgl)
+    /// The queue's handle and a reserved slot, to build its entries in
+    /// and move the posted buffers into.
+    pub(crate) fn handle_and_slot(&mut self, slot: u32) -> (&S, &mut SrqSlot<B>) {
+        (&self.srq, &mut self.slots[slot as usize])
     }
 
     /// Marks the reserved slot posted, with the caller's tag.
@@ -91,21 +121,76 @@ impl<B, S> SrqSlots<B, S> {
         debug_assert_eq!(popped, Some(slot));
         let s = &mut self.slots[slot as usize];
         s.tag = tag;
-        s.posted = true;
+        s.state = State::Posted;
     }
 
-    /// Completes the receive a completion names: its slot free again (its
-    /// generation moves on); its tag, and its buffers for the caller to
-    /// move out. `None` for an id that names no posted receive.
+    /// Completes the receive a completion names: its slot lent (its
+    /// generation moves on), its buffers staying there; its tag. `None`
+    /// for an id that names no posted receive.
     #[inline]
-    pub(crate) fn complete(&mut self, slot: u32, generation: u64) -> Option<(u64, &mut Sgl<B>)> {
+    pub(crate) fn lend(&mut self, slot: u32, generation: u64) -> Option<u64> {
         let s = self.slots.get_mut(slot as usize)?;
-        if !s.posted || s.generation != generation {
+        if s.state != State::Posted || s.generation != generation {
             return None;
         }
-        s.posted = false;
+        debug_assert_eq!(self.lent, NONE, "one callback at a time");
+        s.state = State::Lent;
         s.generation = (s.generation + 1) & GEN_MASK;
+        self.lent = slot;
+        Some(s.tag)
+    }
+
+    /// The first buffer of the lent slot, if one is lent.
+    #[inline]
+    pub(crate) fn lent_first(&self) -> Option<&B> {
+        self.slots.get(self.lent as usize)?.sgl.first()
+    }
+
+    /// The queue's handle, the lent slot and its id at its new
+    /// generation, to post it again in place (then `reposted`).
+    #[inline]
+    pub(crate) fn lent_for_repost(&mut self) -> Option<(&S, &mut SrqSlot<B>, u64)> {
+        let slot = self.lent;
+        let s = self.slots.get_mut(slot as usize)?;
+        let wr_id = id::srq(slot, s.generation);
+        Some((&self.srq, s, wr_id))
+    }
+
+    /// The lent slot was posted again: no longer lent.
+    #[inline]
+    pub(crate) fn reposted(&mut self) {
+        if let Some(s) = self.slots.get_mut(self.lent as usize) {
+            s.state = State::Posted;
+        }
+        self.lent = NONE;
+    }
+
+    /// The lent slot's buffers, moved out; the slot free. `None` when no
+    /// slot is lent (posted again, or taken already).
+    #[inline]
+    pub(crate) fn take_lent(&mut self) -> Option<Sgl<B>> {
+        let slot = core::mem::replace(&mut self.lent, NONE);
+        let s = self.slots.get_mut(slot as usize)?;
+        s.state = State::Free;
         self.free.push(slot);
-        Some((s.tag, &mut s.sgl))
+        let mut sgl = Sgl::empty();
+        s.sgl.move_into(&mut sgl);
+        Some(sgl)
+    }
+
+    /// Drops what the callback left in the lent slot (the device is done
+    /// with it), the slot free: once per shared receive, after its
+    /// callback returned or panicked.
+    #[inline(always)]
+    pub(crate) fn release_lent(&mut self) {
+        if self.lent != NONE {
+            self.release_lent_slot();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn release_lent_slot(&mut self) {
+        drop(self.take_lent());
     }
 }

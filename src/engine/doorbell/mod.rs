@@ -19,8 +19,10 @@
 //!   entries' requests ([`LaneWrs`]) live no longer than the lane's borrow
 //!   of the engine, which holds the entries' buffers meanwhile (and keeps
 //!   them, leaked, if the lane is forgotten);
-//! - a shared-receive-queue receive's buffers are in its slot until its
-//!   completion or the queue's successful destroy (`srq.rs`);
+//! - a shared-receive-queue receive's buffers are in its slot from its
+//!   post until its completion lends them (the slot no longer posted),
+//!   and stay there until taken out or posted again in place (`srq.rs`),
+//!   or until the queue's successful destroy;
 //! - a window bind names a window (keeping its buffer, an [`ExposedBuf`])
 //!   that the engine holds from the post until the bind is no longer in
 //!   flight, and leaks with its queue pair if the destroy fails
@@ -50,6 +52,7 @@ use crate::wr::SendOp;
 
 use super::flights::{Flights, NOT_PREPARED};
 use super::ring::Ring;
+use super::srq::SrqSlot;
 pub(crate) use build::check_atomic_result;
 use build::send_wr;
 
@@ -235,30 +238,57 @@ pub(crate) fn recv<B: NicBuf, P: Provider>(
 }
 
 /// Posts a receive on the shared receive queue with id `wr_id` (its slot
-/// and generation); the caller moves `sgl` into that slot on success.
+/// and generation), its entries built into the slot; on success `sgl`
+/// moves into the slot.
 pub(crate) fn srq_recv<B: NicBuf, P: Provider>(
     prov: &mut P,
     srq: &P::Srq,
     max_sge: u32,
     sgl: &mut Sgl<B>,
     wr_id: u64,
-    slot: &mut Sgl<B>,
+    slot: &mut SrqSlot<B>,
 ) -> Result<(), Error> {
-    let mut sges = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SGE];
-    let (num, _) = sgl.build(max_sge, &mut sges)?;
+    let (num, _) = sgl.build(max_sge, &mut slot.sges)?;
     let mut wr = sys::ibv_recv_wr {
         wr_id,
         next: core::ptr::null_mut(),
-        sg_list: sges.as_mut_ptr().cast(),
+        sg_list: slot.sges.as_mut_ptr().cast(),
         num_sge: num,
     };
     // SAFETY: the first `num` entries (all the provider reads) were built
-    // just now from `sgl`, which moves into
-    // the receive's slot below; the slot is emptied only on its completion
-    // (srq.rs) or after the queue's successful destroy.
+    // just now from `sgl`, which moves into the receive's slot below; the
+    // slot keeps it until a completion lends it and a take frees it
+    // (srq.rs), or after the queue's successful destroy.
     unsafe { prov.post_srq_recv(srq, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
-    sgl.move_into(slot);
+    slot.num_sge = num;
+    sgl.move_into(&mut slot.sgl);
     Ok(())
+}
+
+/// Posts the shared receive lent in `slot` again, in place, with id
+/// `wr_id` (its new generation): the same buffers and entries, nothing
+/// built or checked.
+#[inline]
+pub(crate) fn srq_repost<B: NicBuf, P: Provider>(
+    prov: &mut P,
+    srq: &P::Srq,
+    slot: &mut SrqSlot<B>,
+    wr_id: u64,
+) -> Result<(), Error> {
+    let mut wr = sys::ibv_recv_wr {
+        wr_id,
+        next: core::ptr::null_mut(),
+        sg_list: slot.sges.as_mut_ptr().cast(),
+        num_sge: slot.num_sge,
+    };
+    // SAFETY: a lent slot was posted by `srq_recv`, which built its first
+    // `num_sge` entries from the list it moved into the slot; the list has
+    // stayed there since (a take frees the slot, and a free slot's next post
+    // builds its entries again; nothing lends a slot's buffers by `&mut`),
+    // and NicBuf's contract keeps a live buffer's range and key: the
+    // entries are current. The buffers stay in the slot until its next
+    // completion lends them, as after `srq_recv`.
+    unsafe { prov.post_srq_recv(srq, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)
 }
 
 /// Posts a prepared send as request `seq` of queue pair `qp_index`. The

@@ -1,6 +1,6 @@
 //! Posting from inside a poll's callback, as a server's loop does: a reply
 //! on the queue pair the request came from, a receive's buffers posted
-//! again, a buffer taken back and posted as a receive anywhere, a new
+//! again (a shared receive's in its slot), a buffer taken back and posted as a receive anywhere, a new
 //! request on any queue pair (removed ones included), a prepared post, an
 //! inline one; each counted for allocations like any post, and each
 //! buffer's new home told to the model. Then, sometimes, the callback
@@ -69,9 +69,22 @@ impl Targets<'_> {
                 }
             }
             1 => {
-                // The receive's own buffers, again where they were: their
-                // home does not change.
-                let _ = counted(|| c.repost_recv());
+                // The receive read where it landed (a shared receive in its
+                // slot), then its own buffers again where they were: their
+                // home does not change, and nothing of it is left here.
+                if let Some(b) = c.buf() {
+                    model::check_handed_back(b.id, seed, step);
+                }
+                if counted(|| c.repost_recv()).is_ok() {
+                    assert!(
+                        c.buf().is_none() && c.take_buf().is_none(),
+                        "seed {seed} step {step}: a receive posted again is still readable"
+                    );
+                    assert!(
+                        c.repost_recv().is_err(),
+                        "seed {seed} step {step}: a receive posted again twice"
+                    );
+                }
             }
             2 => {
                 // A buffer taken back, posted as a receive elsewhere.

@@ -284,7 +284,10 @@ impl SimDevice {
         }
     }
 
-    /// A receive of the shared queue, any of them, completes on `qp`.
+    /// A receive of the shared queue, any of them, completes on `qp`. A
+    /// hostile device sometimes queues the entry twice: the duplicate is
+    /// polled with it or later, once its slot may be lent, posted again in
+    /// place or reused.
     pub(crate) fn complete_srq(&mut self, qp: usize) {
         if self.srq.is_empty() {
             return;
@@ -293,6 +296,10 @@ impl SimDevice {
         let held = self.srq.swap_remove(i);
         self.release(&held.bufs);
         self.push_wc(qp, held.wr_id, St::SUCCESS, Op::RECV);
+        if self.hostile && self.rng.chance(300) {
+            let wc = *self.qps[qp].history.last().expect("just pushed");
+            self.push_not_owed(wc, false);
+        }
     }
 
     /// `qp` moves to ERR (everything it holds flushes) or RESET: it holds

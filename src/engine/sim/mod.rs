@@ -41,6 +41,8 @@ mod reset_flush;
 pub(crate) mod rng;
 mod run;
 pub(crate) mod seam;
+#[cfg(test)]
+mod srq_in_place;
 pub(crate) mod stub;
 mod window;
 
