@@ -44,12 +44,7 @@ fn a_prepared_reply_is_written_from_the_callback_only_while_none_of_its_posts_is
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let (mut server, mut client, s, c) =
         support::srq_server_and_client::<MemoryRegion>(&pd, 4, &config());
-    for _ in 0..4 {
-        server
-            .post_srq_recv(RecvRequest::new(buf(&pd, 0)))
-            .map_err(|e| e.error)
-            .unwrap();
-    }
+    fill_srq(&mut server, &pd);
     let reply = Local::range(buf(&pd, 0), 0, MSG)
         .map_err(|(e, _)| e)
         .unwrap();
@@ -148,6 +143,16 @@ const REQUESTS: u64 = 300;
 /// What the server XORs into a request's number to answer it.
 const MARK: u64 = 0xA5A5_0000_0000_5A5A;
 
+/// The server's shared receive queue filled: 4 receives.
+fn fill_srq(server: &mut verbs::Engine<MemoryRegion>, pd: &ProtectionDomain) {
+    for _ in 0..4 {
+        server
+            .post_srq_recv(RecvRequest::new(buf(pd, 0)))
+            .map_err(|e| e.error)
+            .unwrap();
+    }
+}
+
 /// Request `n`: its number, then `n as u8` to the end.
 fn message(buf: &mut MemoryRegion, n: u64) {
     buf.write_at(0, &n.to_le_bytes()).unwrap();
@@ -165,12 +170,7 @@ fn a_server_reads_each_request_in_its_slot_and_posts_it_again_there() {
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let (mut server, mut client, _, c) =
         support::srq_server_and_client::<MemoryRegion>(&pd, 4, &config());
-    for _ in 0..4 {
-        server
-            .post_srq_recv(RecvRequest::new(buf(&pd, 0)))
-            .map_err(|e| e.error)
-            .unwrap();
-    }
+    fill_srq(&mut server, &pd);
     for _ in 0..IN_FLIGHT {
         client
             .post_recv(c, RecvRequest::new(buf(&pd, 0)))
