@@ -117,45 +117,60 @@ impl Service<http::Request<tonic::body::Body>> for Http2 {
     }
 }
 
-/// What tonic-build would generate for the client.
-struct EchoClient(tonic::client::Grpc<Http2>);
+/// What tonic-build would generate for the client, and the task that
+/// drives its HTTP/2 connection.
+struct EchoClient {
+    grpc: tonic::client::Grpc<Http2>,
+    driver: tokio::task::JoinHandle<Result<(), hyper::Error>>,
+}
 
 impl EchoClient {
     async fn connect(stream: RdmaStream) -> Result<EchoClient, BoxError> {
         let (send, conn) =
             hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
                 .await?;
-        tokio::spawn(conn);
+        let driver = tokio::spawn(conn);
         let origin = http::Uri::from_static("http://verbs.example");
-        Ok(EchoClient(tonic::client::Grpc::with_origin(
-            Http2(send),
-            origin,
-        )))
+        Ok(EchoClient {
+            grpc: tonic::client::Grpc::with_origin(Http2(send), origin),
+            driver,
+        })
+    }
+
+    /// Ends the connection as a peer should: with its last handle gone,
+    /// hyper sends GOAWAY and shuts the stream down, which waits for the
+    /// server's device to acknowledge it. A process that exits without
+    /// this destroys its queue pair under the server, which finds the
+    /// peer gone (its keepalive probe fails) and counts a failure.
+    async fn close(self) -> Result<(), BoxError> {
+        drop(self.grpc);
+        self.driver.await??;
+        Ok(())
     }
 
     async fn unary(&mut self, req: EchoRequest) -> Result<EchoReply, Status> {
-        self.0
+        self.grpc
             .ready()
             .await
             .map_err(|e| Status::unknown(e.to_string()))?;
         let path = http::uri::PathAndQuery::from_static(UNARY);
         let codec = ProstCodec::<EchoRequest, EchoReply>::default();
         Ok(self
-            .0
+            .grpc
             .unary(Request::new(req), path, codec)
             .await?
             .into_inner())
     }
 
     async fn stream(&mut self, req: EchoRequest) -> Result<Vec<EchoReply>, Status> {
-        self.0
+        self.grpc
             .ready()
             .await
             .map_err(|e| Status::unknown(e.to_string()))?;
         let path = http::uri::PathAndQuery::from_static(STREAM);
         let codec = ProstCodec::<EchoRequest, EchoReply>::default();
         let mut replies = self
-            .0
+            .grpc
             .server_streaming(Request::new(req), path, codec)
             .await?
             .into_inner();
@@ -307,6 +322,7 @@ async fn client(args: &Args) -> Result<(), BoxError> {
             if all != want {
                 return Err(format!("stream {conn}: {} replies, not as sent", all.len()).into());
             }
+            client.close().await?;
             Ok(calls + 1)
         });
     }
