@@ -9,21 +9,11 @@
 mod support;
 
 use verbs::{
-    ErrorKind, HostBuf, Local, MemoryRegion, ProtectionDomain, QpConfig, RecvRequest, SendOp,
-    SendRequest,
+    ErrorKind, HostBuf, Local, MemoryRegion, ProtectionDomain, RecvRequest, SendOp, SendRequest,
 };
 
 const MSG: usize = 64;
 const ROUNDS: u8 = 40;
-
-fn config() -> QpConfig {
-    QpConfig {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_sge: 1,
-        ..support::config()
-    }
-}
 
 fn buf(pd: &ProtectionDomain, byte: u8) -> MemoryRegion {
     let mut buf = MemoryRegion::new(pd, MSG).unwrap();
@@ -43,7 +33,7 @@ fn a_prepared_reply_is_written_from_the_callback_only_while_none_of_its_posts_is
     let ctx = support::test_context("a_prepared_reply_from_the_callback");
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let (mut server, mut client, s, c) =
-        support::srq_server_and_client::<MemoryRegion>(&pd, 4, &config());
+        support::srq_server_and_client::<MemoryRegion>(&pd, 4, &support::shallow_config());
     fill_srq(&mut server, &pd);
     let reply = Local::range(buf(&pd, 0), 0, MSG)
         .map_err(|(e, _)| e)
@@ -169,7 +159,7 @@ fn a_server_reads_each_request_in_its_slot_and_posts_it_again_there() {
     let ctx = support::test_context("a_server_reads_each_request_in_its_slot");
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let (mut server, mut client, _, c) =
-        support::srq_server_and_client::<MemoryRegion>(&pd, 4, &config());
+        support::srq_server_and_client::<MemoryRegion>(&pd, 4, &support::shallow_config());
     fill_srq(&mut server, &pd);
     for _ in 0..IN_FLIGHT {
         client

@@ -11,25 +11,16 @@ mod support;
 
 use verbs::{
     Engine, EngineConfig, ErrorKind, HostBuf, Local, MemoryRegion, PortCounters, ProtectionDomain,
-    QpConfig, QpCounters, QpId, QpState, Queue, RecvRequest, RemoteSlice, SendOp, SendRequest,
+    QpCounters, QpId, QpState, Queue, RecvRequest, RemoteSlice, SendOp, SendRequest,
 };
 
 const MSG: usize = 16;
-
-fn config() -> QpConfig {
-    QpConfig {
-        max_send_wr: 8,
-        max_recv_wr: 8,
-        max_sge: 1,
-        ..support::config()
-    }
-}
 
 /// An engine with two queue pairs connected to each other (loopback;
 /// through rdma_cm on iWARP).
 fn engine_pair(pd: &ProtectionDomain, engine: &EngineConfig) -> (Engine<MemoryRegion>, QpId, QpId) {
     let mut e: Engine<MemoryRegion> = Engine::new(pd, engine).unwrap();
-    let (x, y) = support::pair_on(&mut e, &config());
+    let (x, y) = support::pair_on(&mut e, &support::shallow_config());
     (e, x, y)
 }
 
@@ -53,7 +44,7 @@ fn a_server_replies_and_refills_its_receives_from_its_poll_callback() {
     let ctx = support::test_context("a_server_replies_from_its_poll_callback");
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let (mut server, mut client, s, c) =
-        support::srq_server_and_client::<MemoryRegion>(&pd, 4, &config());
+        support::srq_server_and_client::<MemoryRegion>(&pd, 4, &support::shallow_config());
     for _ in 0..4 {
         let buf = MemoryRegion::new(&pd, MSG).unwrap();
         server
@@ -247,7 +238,7 @@ fn a_callback_posts_only_where_posting_is_allowed() {
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let (mut e, x, y) = engine_pair(&pd, &EngineConfig::default());
     let (mut other, ox, _) = engine_pair(&pd, &EngineConfig::default());
-    let gone = e.add_qp(&config()).unwrap();
+    let gone = e.add_qp(&support::shallow_config()).unwrap();
     e.remove_qp(gone).unwrap();
     // A Write with a key the peer never gave: the peer refuses it.
     let buf = MemoryRegion::new(&pd, MSG).unwrap();

@@ -139,6 +139,17 @@ pub fn config() -> QpConfig {
     }
 }
 
+/// [`config`] with queues 8 deep and one entry per request: small enough
+/// that a test fills them, as the engine and reply tests do.
+pub fn shallow_config() -> QpConfig {
+    QpConfig {
+        max_send_wr: 8,
+        max_recv_wr: 8,
+        max_sge: 1,
+        ..config()
+    }
+}
+
 /// A protection domain on the device under test and a connected loopback
 /// pair in it.
 pub fn pd_and_pair<B: verbs::NicBuf>(test: &str) -> (ProtectionDomain, QueuePair<B>, QueuePair<B>) {
