@@ -137,6 +137,7 @@ async fn a_dead_peer_is_an_error_for_a_reader_and_a_writer_not_a_hang() {
         .await
         .expect_err("a peer that is gone is an error");
     assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}");
+    assert!(e.to_string().contains("keepalive probe"), "{e}");
     // A writer with credits left finds out from its own sends.
     let (mut client, server) = pair(&pd, config).await;
     drop(server);

@@ -85,7 +85,8 @@ impl Flow {
             self.in_flight -= 1;
         }
         if let Err(e) = c.result() {
-            self.fail(e);
+            let probe = !c.is_recv() && c.tag() == KEEPALIVE && !e.is_flush();
+            self.fail(if probe { probe_unanswered(e) } else { e });
             return; // its buffer drops here: the device is done with it
         }
         if c.is_recv() {
@@ -259,6 +260,16 @@ impl Flow {
         }
         Ok(())
     }
+}
+
+/// A keepalive probe's failure (status kept): a reader waiting on it
+/// learns that the peer is gone, not only that a Write went unanswered.
+#[cold]
+fn probe_unanswered(e: Error) -> Error {
+    e.at(site!(
+        "RdmaStream keepalive",
+        "the peer did not acknowledge a keepalive probe: its queue pair, process or host is gone, or the path to it is down"
+    ))
 }
 
 #[cold]
