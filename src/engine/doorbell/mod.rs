@@ -95,14 +95,16 @@ pub(crate) fn send_one<B: NicBuf, P: Provider>(
 ) -> Result<(), Error> {
     let mut sges = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SGE];
     let (num, total) = s.sgl.build(max_sge, &mut sges)?;
-    // An atomic's result length too.
-    check(s.op, total)?;
     let flags = send_flags(s.meta.signaled, s.fence, s.solicited, s.inline);
     let mut wr = send_wr(
         s.op,
         super::id::ring(false, qp_index, ring.next_seq()),
         flags,
     );
+    // Checked (an atomic's result length too) right after the request is
+    // built, which matched the same operation: the compiler then
+    // dispatches on it once for both.
+    check(s.op, total)?;
     wr.num_sge = num;
     wr.sg_list = sges.as_mut_ptr().cast();
     // SAFETY: as in `send`: the first `num` entries (all the provider
