@@ -115,25 +115,41 @@ fn post_own(
     p: &Params,
 ) -> Result<u64, Error> {
     let first = lane.posted;
-    // Counted down rather than a division per request: the next one
-    // signaled is request `next_signaled - 1`.
+    // Nothing completes while it posts: the window's end is known now,
+    // and the stamps it takes, one per request, bound the loop.
+    let end = p.iters.min(lane.done + depth);
+    let n = end.saturating_sub(first);
+    let stamps = stamps.get_mut(..n as usize).ok_or_else(no_stamp)?;
+    // The next request signaled (counted from 1): the next multiple of
+    // `cq_mod`, or the last one. One comparison per request.
     let mut next_signaled = (first / cq_mod + 1) * cq_mod;
-    let mut stamps = stamps.iter_mut();
-    while lane.posted < p.iters && lane.posted - lane.done < depth {
-        *stamps.next().ok_or_else(no_stamp)? = ticks();
+    let mut signal_at = next_signaled.min(p.iters);
+    for stamp in stamps {
+        *stamp = ticks();
         let k = lane.posted + 1;
         let buf = lane.sends.pop().ok_or_else(no_buffer)?;
         let local = Local::range(buf, 0, p.size).map_err(|(e, _)| e)?;
         let mut req = SendRequest::new(op, local);
-        if k == next_signaled {
-            next_signaled += cq_mod;
-        } else if k != p.iters {
+        if k == signal_at {
+            signal_at = signal_after(&mut next_signaled, cq_mod, p.iters);
+        } else {
             req = req.unsignaled();
         }
         lane.qp.post_send(req).map_err(|e| e.error)?;
         lane.posted = k;
     }
     Ok(lane.posted - first)
+}
+
+/// The next request to signal once request `next_signaled` was: the next
+/// multiple of `cq_mod` (`next_signaled` becomes it), or the last, the
+/// earlier. Out of line: one request in `cq_mod` gets here, and the
+/// others pay one comparison.
+#[cold]
+#[inline(never)]
+fn signal_after(next_signaled: &mut u64, cq_mod: u64, iters: u64) -> u64 {
+    *next_signaled += cq_mod;
+    (*next_signaled).min(iters)
 }
 
 /// The bandwidth sender of one queue pair's prepared request, one per

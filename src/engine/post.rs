@@ -14,7 +14,7 @@ use super::check::{
 };
 use super::config::Transport;
 use super::core::Engine;
-use super::doorbell::{self, OwnSend, Provider, SendMeta};
+use super::doorbell::{self, send_flags, OwnSend, Provider, SendMeta};
 use super::qp_slot::{signal_decision, QpId, SignalPlan};
 
 /// A refused post: the error and the request, with its buffers, given back.
@@ -74,25 +74,15 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         let asked = req.flags.signaled || flights.crowded(0);
         let signaled = signal_decision(&mut run, slot.send.half(), asked, 0);
         let f = req.flags;
-        let meta = SendMeta {
-            tag: req.tag,
-            opcode: completes_as(&req.op),
-            signaled,
-        };
-        let one = OwnSend {
-            op: &req.op,
-            sgl: &mut req.sgl,
-            meta,
-            fence: f.fence,
-            solicited: f.solicited,
-            inline: f.inline,
-        };
+        let flags = send_flags(signaled, f.fence, f.solicited, f.inline);
         let Some(handle) = slot.qp.as_ref() else {
             unreachable_vacant()
         };
         let max_sge = slot.caps.max_send_sge;
         // Checked once the list is built, with the length it adds up to.
-        let check = |op: &SendOp, total: u64| check_send_on(limits, op, total, f.inline);
+        let check = |op: &SendOp, total: u64| {
+            check_send_on(limits, op, total, f.inline).map(|()| completes_as(op))
+        };
         let result = doorbell::send_one(
             prov,
             handle,
@@ -100,7 +90,10 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             flights,
             &mut slot.send,
             max_sge,
-            one,
+            &req.op,
+            &mut req.sgl,
+            req.tag,
+            flags,
             check,
         );
         match result {

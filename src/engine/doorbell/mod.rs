@@ -76,13 +76,14 @@ pub(crate) struct OwnSend<'a, B> {
     pub(crate) inline: bool,
 }
 
-/// Posts one send on `qp` and records it at the tail of `ring`, its
-/// buffers moved into `flights`: [`send`] without a chain to count, clear
-/// and walk. The caller checked the room (the queue's and the table's);
-/// `check` checks the operation on the length its list adds up to, once
-/// built (nothing is posted if it refuses).
+/// Posts one send (`op` on `sgl`, with `tag` and `flags`) on `qp` and
+/// records it at the tail of `ring`, its buffers moved into `flights`:
+/// [`send`] without a chain to count, clear and walk. The caller checked
+/// the room (the queue's and the table's); `check` checks the operation
+/// on the length its list adds up to, once built (nothing is posted if it
+/// refuses), and gives the opcode its completion reports.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)] // one per part of the post; inlined into two callers
+#[allow(clippy::too_many_arguments)] // one per part of the post; inlined into its caller
 pub(crate) fn send_one<B: NicBuf, P: Provider>(
     prov: &mut P,
     qp: &P::Qp,
@@ -90,26 +91,26 @@ pub(crate) fn send_one<B: NicBuf, P: Provider>(
     flights: &mut Flights<B>,
     ring: &mut Ring,
     max_sge: u32,
-    s: OwnSend<'_, B>,
-    check: impl FnOnce(&SendOp, u64) -> Result<(), Error>,
+    op: &SendOp,
+    sgl: &mut Sgl<B>,
+    tag: u64,
+    flags: F,
+    check: impl FnOnce(&SendOp, u64) -> Result<sys::ibv_wc_opcode, Error>,
 ) -> Result<(), Error> {
     let mut sges = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SGE];
-    let (num, total) = s.sgl.build(max_sge, &mut sges)?;
-    // An atomic's result length too.
-    check(s.op, total)?;
-    let flags = send_flags(s.meta.signaled, s.fence, s.solicited, s.inline);
-    let mut wr = send_wr(
-        s.op,
-        super::id::ring(false, qp_index, ring.next_seq()),
-        flags,
-    );
+    let (num, total) = sgl.build(max_sge, &mut sges)?;
+    let mut wr = send_wr(op, super::id::ring(false, qp_index, ring.next_seq()), flags);
+    // Checked (an atomic's result length too), and its completion's
+    // opcode found, right after the request is built, which matched the
+    // same operation: the compiler then dispatches on it once for all.
+    let completes = check(op, total)?;
     wr.num_sge = num;
     wr.sg_list = sges.as_mut_ptr().cast();
     // SAFETY: as in `send`: the first `num` entries (all the provider
     // reads) were built just now from the request's list, which moves
     // into its table entry below.
     unsafe { prov.post_send(qp, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
-    flights.push(ring, s.meta.tag, s.meta.opcode, s.sgl);
+    flights.push(ring, tag, completes, sgl);
     Ok(())
 }
 
