@@ -185,7 +185,18 @@ impl<B, P: Provider> CompletionRef<'_, B, P> {
     /// says it is the consequence of an earlier error.
     #[inline]
     pub fn result(&self) -> Result<(), Error> {
-        check_status(self.status(), self.opcode(), self.is_recv)
+        // The opcode only on failure: its origin's match stays off the
+        // success path.
+        if self.status() == WcStatus::SUCCESS {
+            return Ok(());
+        }
+        Err(self.failure())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn failure(&self) -> Error {
+        completion_error(self.status(), self.opcode(), self.is_recv)
     }
 
     /// The first buffer the request still holds, to read in place
