@@ -91,9 +91,11 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         &mut self,
         mut on_done: impl FnMut(CompletionRef<'_, B, P>),
     ) -> Result<usize, Error> {
-        let mut delivered = self.poll_cq(false, POLL_BATCH, &mut on_done)?;
-        if self.recv_cq.is_some() {
-            delivered += self.poll_cq(true, POLL_BATCH, &mut on_done)?;
+        // One call site, so that the router is inlined here.
+        let sides = 1 + usize::from(self.recv_cq.is_some());
+        let mut delivered = 0;
+        for side in 0..sides {
+            delivered += self.poll_cq(side == 1, POLL_BATCH, &mut on_done)?;
         }
         Ok(delivered)
     }
@@ -277,7 +279,6 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 }
             }
             WrId::Srq { slot, generation } => {
-                let qp = self.by_qp_num(wc.qp_num);
                 let side = self.recv_cq.is_some();
                 let Some(srq) = self.srq.as_mut() else {
                     return 0;
@@ -287,20 +288,21 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 let Some(tag) = srq.lend(slot, generation) else {
                     return 0;
                 };
-                if let Some(q) = qp {
-                    let slot = &mut self.qps[q.index as usize];
+                // Its queue pair's slot found once: counted, and named.
+                let qp = self.index_of_qp_num(wc.qp_num).map(|index| {
+                    let slot = &mut self.qps[index as usize];
                     slot.tally.srq_recvs += 1;
                     if wc.status == WcStatus::SUCCESS {
                         slot.tally.bytes_received += u64::from(wc.byte_len);
                     }
-                }
-                if wc.status != WcStatus::SUCCESS {
-                    self.counted.error(wc.status);
-                    if let Some(q) = qp {
-                        let slot = &mut self.qps[q.index as usize];
-                        slot.set_state(QpState::ERR);
-                        slot.tally.errors += 1;
+                    QpId {
+                        engine: self.id,
+                        index,
+                        generation: slot.generation,
                     }
+                });
+                if wc.status != WcStatus::SUCCESS {
+                    self.failed_on(qp, wc.status);
                 }
                 on_done(CompletionRef {
                     wc,
@@ -329,12 +331,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             WrId::Raw(_) => {
                 let qp = self.by_qp_num(wc.qp_num);
                 if wc.status != WcStatus::SUCCESS {
-                    self.counted.error(wc.status);
-                    if let Some(q) = qp {
-                        let slot = &mut self.qps[q.index as usize];
-                        slot.set_state(QpState::ERR);
-                        slot.tally.errors += 1;
-                    }
+                    self.failed_on(qp, wc.status);
                 }
                 on_done(CompletionRef {
                     wc,
@@ -348,6 +345,18 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 });
                 1
             }
+        }
+    }
+
+    /// A failed completion of no ring: counted, and its queue pair (if it
+    /// is still here) in ERR, so every later request flushes.
+    #[cold]
+    fn failed_on(&mut self, qp: Option<QpId>, status: WcStatus) {
+        self.counted.error(status);
+        if let Some(q) = qp {
+            let slot = &mut self.qps[q.index as usize];
+            slot.set_state(QpState::ERR);
+            slot.tally.errors += 1;
         }
     }
 
