@@ -257,17 +257,11 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// The queue pair whose number a completion carries (for shared
     /// receives and raw posts, whose ids name no slot).
     pub(crate) fn by_qp_num(&self, qp_num: u32) -> Option<QpId> {
-        Some(self.id_of(self.index_of_qp_num(qp_num)?))
-    }
-
-    /// The slot index of the queue pair whose number is `qp_num`.
-    #[inline]
-    pub(crate) fn index_of_qp_num(&self, qp_num: u32) -> Option<u32> {
         let at = self
             .by_qpn
             .binary_search_by_key(&qp_num, |&(n, _)| n)
             .ok()?;
-        Some(self.by_qpn[at].1)
+        Some(self.id_of(self.by_qpn[at].1))
     }
 
     /// Every live queue pair.

@@ -279,6 +279,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 }
             }
             WrId::Srq { slot, generation } => {
+                let qp = self.by_qp_num(wc.qp_num);
                 let side = self.recv_cq.is_some();
                 let Some(srq) = self.srq.as_mut() else {
                     return 0;
@@ -288,21 +289,20 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 let Some(tag) = srq.lend(slot, generation) else {
                     return 0;
                 };
-                // Its queue pair's slot found once: counted, and named.
-                let qp = self.index_of_qp_num(wc.qp_num).map(|index| {
-                    let slot = &mut self.qps[index as usize];
+                if let Some(q) = qp {
+                    let slot = &mut self.qps[q.index as usize];
                     slot.tally.srq_recvs += 1;
                     if wc.status == WcStatus::SUCCESS {
                         slot.tally.bytes_received += u64::from(wc.byte_len);
                     }
-                    QpId {
-                        engine: self.id,
-                        index,
-                        generation: slot.generation,
-                    }
-                });
+                }
                 if wc.status != WcStatus::SUCCESS {
-                    self.failed_on(qp, wc.status);
+                    self.counted.error(wc.status);
+                    if let Some(q) = qp {
+                        let slot = &mut self.qps[q.index as usize];
+                        slot.set_state(QpState::ERR);
+                        slot.tally.errors += 1;
+                    }
                 }
                 on_done(CompletionRef {
                     wc,
@@ -331,7 +331,12 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             WrId::Raw(_) => {
                 let qp = self.by_qp_num(wc.qp_num);
                 if wc.status != WcStatus::SUCCESS {
-                    self.failed_on(qp, wc.status);
+                    self.counted.error(wc.status);
+                    if let Some(q) = qp {
+                        let slot = &mut self.qps[q.index as usize];
+                        slot.set_state(QpState::ERR);
+                        slot.tally.errors += 1;
+                    }
                 }
                 on_done(CompletionRef {
                     wc,
@@ -345,18 +350,6 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 });
                 1
             }
-        }
-    }
-
-    /// A failed completion of no ring: counted, and its queue pair (if it
-    /// is still here) in ERR, so every later request flushes.
-    #[cold]
-    fn failed_on(&mut self, qp: Option<QpId>, status: WcStatus) {
-        self.counted.error(status);
-        if let Some(q) = qp {
-            let slot = &mut self.qps[q.index as usize];
-            slot.set_state(QpState::ERR);
-            slot.tally.errors += 1;
         }
     }
 
