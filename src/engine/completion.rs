@@ -185,7 +185,14 @@ impl<B, P: Provider> CompletionRef<'_, B, P> {
     /// says it is the consequence of an earlier error.
     #[inline]
     pub fn result(&self) -> Result<(), Error> {
-        check_status(self.status(), self.opcode(), self.is_recv)
+        // The opcode only on failure (its origin's match off the success
+        // path), and values, not `&self`, to the cold call: an inlined
+        // callback's completion can stay in registers.
+        let status = self.status();
+        if status == WcStatus::SUCCESS {
+            return Ok(());
+        }
+        Err(completion_error(status, self.opcode(), self.is_recv))
     }
 
     /// The first buffer the request still holds, to read in place
