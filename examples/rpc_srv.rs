@@ -17,8 +17,9 @@
 //!
 //! Per request: the receive's completion, its 8-byte id copied into the
 //! next prepared reply (`write_prepared`: refused while that reply's last
-//! post is in flight), the reply posted unsignaled (the engine asks for a
-//! completion every half queue, which covers the ones before it), the
+//! post is in flight), the reply posted unreported (the engine asks for a
+//! completion every half queue, which covers the ones before it, and hands
+//! back a reply only if it fails, as a C server's unsignaled reply), the
 //! receive posted again in its slot. A reply built per request instead
 //! (`CompletionRef::reply` with a `SendRequest`, as `examples/rpc` does
 //! for replies of any size on any of its queue pairs) costs more: its
@@ -125,7 +126,7 @@ fn main() -> Result<(), Error> {
                 failed.get_or_insert(e);
                 return;
             }
-            // A reply's completion: its buffer stays with its prepared request.
+            // A reply is handed back only if it failed (above).
             if !c.is_recv() {
                 return;
             }
@@ -138,7 +139,7 @@ fn main() -> Result<(), Error> {
             let mut post = c.poster();
             let answered = read
                 .and_then(|()| post.write_prepared(reply, 0, &id))
-                .and_then(|()| post.post_prepared_unsignaled(reply));
+                .and_then(|()| post.post_prepared_unreported(reply));
             if let Err(e) = answered {
                 failed.get_or_insert(e);
                 return;

@@ -305,6 +305,13 @@ impl<B: NicBuf, P: Provider> QueuePair<B, P> {
         self.engine.post_prepared_unsignaled(p)
     }
 
+    /// Posts a prepared send unsignaled, handed back only if it fails (see
+    /// [`Engine::post_prepared_unreported`]).
+    #[inline(always)]
+    pub fn post_prepared_unreported(&mut self, p: PreparedSend) -> Result<(), Error> {
+        self.engine.post_prepared_unreported(p)
+    }
+
     /// Posts prepared sends as one chain (see [`Engine::post_prepared_chain`]).
     #[inline]
     pub fn post_prepared_chain(

@@ -2,15 +2,20 @@
 //! poll's callback (`Poster::write_prepared`, `post_prepared`), on a real
 //! device: every reply carries what the callback wrote, and a reply whose
 //! last post is still in flight refuses a write from the callback (the
-//! NIC may still be reading its buffer). And a server that reads each
+//! NIC may still be reading its buffer). A server that reads each
 //! request where it landed in its shared receive queue and posts that
-//! receive again in place.
+//! receive again in place. And replies posted unreported: handed back
+//! only if they fail.
 
 mod support;
 
+use verbs::sys::ibv_wc_status as S;
 use verbs::{
-    ErrorKind, HostBuf, Local, MemoryRegion, ProtectionDomain, RecvRequest, SendOp, SendRequest,
+    ErrorKind, HostBuf, Local, MemoryRegion, PreparedSend, ProtectionDomain, QpState, QueuePair,
+    RecvRequest, RemoteSlice, SendOp, SendRequest, WcStatus,
 };
+
+type Qp = QueuePair<MemoryRegion>;
 
 const MSG: usize = 64;
 const ROUNDS: u8 = 40;
@@ -229,4 +234,78 @@ fn a_server_reads_each_request_in_its_slot_and_posts_it_again_there() {
             .unwrap();
     }
     assert_eq!(answered, REQUESTS);
+}
+
+/// A Write of `byte`s to `remote` at `offset`, prepared on `qp` with `tag`.
+fn prepared_write(
+    qp: &mut Qp,
+    pd: &ProtectionDomain,
+    dst: RemoteSlice,
+    byte: u8,
+    tag: u64,
+) -> PreparedSend {
+    let src = Local::range(buf(pd, byte), 0, MSG)
+        .map_err(|(e, _)| e)
+        .unwrap();
+    qp.prepare_send(SendRequest::new(SendOp::Write(dst), src).tag(tag))
+        .map_err(|e| e.error)
+        .unwrap()
+}
+
+/// Polls `qp` until nothing is in flight: each request handed back, its
+/// tag and status.
+fn handed_back(qp: &mut Qp) -> Vec<(u64, WcStatus)> {
+    let mut got = Vec::new();
+    let deadline = support::deadline();
+    while qp.in_flight().unwrap() != (0, 0) {
+        assert!(!deadline.passed(), "still in flight; handed back {got:?}");
+        qp.poll(|c| got.push((c.tag(), c.status()))).unwrap();
+    }
+    got
+}
+
+/// Replies written unreported (`post_prepared_unreported`) land, and the
+/// poll hands back only the reported one behind them; each is refused to
+/// the caller while its post is in flight.
+#[test]
+fn unreported_writes_that_land_are_not_handed_back() {
+    let (pd, mut a, _b) = support::pd_and_pair::<MemoryRegion>("unreported_writes_that_land");
+    let target = support::remote_region(&pd, 4096);
+    let remote = target.remote().unwrap();
+    let at = |offset| RemoteSlice::new(&remote, offset, MSG as u64).unwrap();
+    let quiet = prepared_write(&mut a, &pd, at(0), 0x5A, 1);
+    let last = prepared_write(&mut a, &pd, at(MSG as u64), 0xC3, 2);
+    for _ in 0..6 {
+        a.post_prepared_unreported(quiet).unwrap();
+    }
+    let busy = a.write_prepared(quiet, 0, &[0xEE; MSG]).unwrap_err();
+    assert_eq!(busy.kind(), ErrorKind::BadState, "{busy}");
+    a.post_prepared(last).unwrap();
+    assert_eq!(handed_back(&mut a), [(2, WcStatus::SUCCESS)]);
+    let mut landed = [0u8; 2 * MSG];
+    target.read_at(0, &mut landed).unwrap();
+    assert_eq!(landed[..MSG], [0x5A; MSG]);
+    assert_eq!(landed[MSG..], [0xC3; MSG]);
+    a.write_prepared(quiet, 0, &[0xEE; MSG]).unwrap();
+}
+
+/// An unreported Write the target refuses is handed back with its status,
+/// and so is the unreported one behind it, flushed: a failure is never
+/// quiet.
+#[test]
+fn an_unreported_write_the_target_refuses_is_handed_back_with_what_it_flushed() {
+    let (pd, mut a, _b) = support::pd_and_pair::<MemoryRegion>("an_unreported_write_refused");
+    let target = support::remote_region(&pd, 4096);
+    let remote = target.remote().unwrap();
+    let bad = RemoteSlice::unchecked(remote.addr, MSG as u64, remote.rkey ^ 0x5500);
+    let good = RemoteSlice::new(&remote, 0, MSG as u64).unwrap();
+    let refused = prepared_write(&mut a, &pd, bad, 0x5A, 3);
+    let flushed = prepared_write(&mut a, &pd, good, 0xC3, 1);
+    a.post_prepared_unreported(refused).unwrap();
+    a.post_prepared_unreported(flushed).unwrap();
+    assert_eq!(
+        handed_back(&mut a),
+        [(3, S::REM_ACCESS_ERR), (1, S::WR_FLUSH_ERR)]
+    );
+    assert_eq!(a.state().unwrap(), QpState::ERR);
 }

@@ -57,7 +57,14 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         };
         let seq = slot.send.next_seq();
         slot.unsignaled_run = 0;
-        flights[0].push_bare(&mut slot.send, tag, WcOpcode::BIND_MW, NOT_PREPARED, 0);
+        flights[0].push_bare(
+            &mut slot.send,
+            tag,
+            WcOpcode::BIND_MW,
+            NOT_PREPARED,
+            0,
+            false,
+        );
         self.binds.insert(engine, qp, seq, window, false)
     }
 

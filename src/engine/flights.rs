@@ -22,10 +22,14 @@
 
 use alloc::vec::Vec;
 
-use crate::sgl::{Local, Rest, Sgl};
+use crate::sgl::{Local, Sgl};
 use crate::sys::ibv_wc_opcode as WcOpcode;
 
 use super::ring::{Ring, NONE};
+
+mod overflow;
+
+use overflow::OverflowTable;
 
 /// `Flight::prepared` of a request posted with its own buffers.
 pub(crate) const NOT_PREPARED: u32 = u32::MAX;
@@ -51,6 +55,8 @@ pub(crate) struct Flight<B> {
     pub(crate) prepared: u32,
     /// That prepared request's generation.
     pub(crate) generation: u32,
+    /// Posted unreported: handed back only if it fails.
+    unreported: bool,
     pub(crate) tag: u64,
     /// The request's first buffer (none for prepared, inline and bind posts).
     buf: Option<Local<B>>,
@@ -65,6 +71,7 @@ impl<B> Flight<B> {
             opcode: WcOpcode::SEND,
             prepared: NOT_PREPARED,
             generation: 0,
+            unreported: false,
             tag: 0,
             buf: None,
         }
@@ -99,12 +106,6 @@ impl<B> Retired<B> {
     }
 }
 
-/// A request's buffers after its first.
-struct Overflow<B> {
-    next: u32,
-    bufs: Rest<B>,
-}
-
 /// One completion queue's requests in flight (see the module docs).
 pub(crate) struct Flights<B> {
     entries: Vec<Flight<B>>,
@@ -117,8 +118,7 @@ pub(crate) struct Flights<B> {
     /// While no more than this many are available, every send asks for
     /// a completion (`Flights::crowded`).
     crowded: u32,
-    overflow: Vec<Overflow<B>>,
-    overflow_free: u32,
+    overflow: OverflowTable<B>,
     /// The first of the requests the router detached and has not lent yet
     /// (`detach`), or `NONE`: released by the router's guard if a callback
     /// unwinds.
@@ -141,8 +141,7 @@ impl<B> Flights<B> {
             capacity,
             available: capacity,
             crowded: capacity.div_ceil(2),
-            overflow: Vec::new(),
-            overflow_free: NONE,
+            overflow: OverflowTable::new(),
             detached: NONE,
         }
     }
@@ -152,10 +151,7 @@ impl<B> Flights<B> {
     pub(crate) fn allow_overflow(&mut self) {
         // One more than the entries: the request lent to a poll's callback
         // keeps its overflow entry, its own entry already released.
-        let want = self.capacity as usize + 1;
-        if self.overflow.capacity() < want {
-            self.overflow.reserve_exact(want - self.overflow.len());
-        }
+        self.overflow.reserve(self.capacity as usize + 1);
     }
 
     /// Requests it can still take.
@@ -236,7 +232,7 @@ impl<B> Flights<B> {
     pub(crate) fn push(&mut self, ring: &mut Ring, tag: u64, opcode: WcOpcode, sgl: &mut Sgl<B>) {
         let more = match sgl.len() {
             0 | 1 => NONE,
-            _ => self.spill(sgl.take_rest()),
+            _ => self.overflow.spill(sgl.take_rest()),
         };
         let (e, f) = self.take();
         f.next = NONE;
@@ -244,6 +240,7 @@ impl<B> Flights<B> {
         f.tag = tag;
         f.opcode = opcode;
         f.prepared = NOT_PREPARED;
+        f.unreported = false;
         // A released entry holds no buffer: nothing to drop. Taken out of
         // the list straight into the entry (not through a local first).
         core::mem::forget(core::mem::replace(&mut f.buf, sgl.take_head()));
@@ -252,7 +249,8 @@ impl<B> Flights<B> {
     }
 
     /// Records a post of prepared request `prepared` (its buffers stay in
-    /// its table), or an inline or bind post (`NOT_PREPARED`: no buffers).
+    /// its table), or an inline or bind post (`NOT_PREPARED`: no buffers);
+    /// `unreported`, the router hands it back only if it fails.
     #[inline(always)]
     pub(crate) fn push_bare(
         &mut self,
@@ -261,15 +259,23 @@ impl<B> Flights<B> {
         opcode: WcOpcode,
         prepared: u32,
         generation: u32,
+        unreported: bool,
     ) {
-        let e = self.fill(tag, opcode, prepared, generation);
+        let e = self.fill(tag, opcode, prepared, generation, unreported);
         self.link(ring, e);
         ring.push_filled();
     }
 
     /// A new entry, without buffers: its index.
     #[inline(always)]
-    fn fill(&mut self, tag: u64, opcode: WcOpcode, prepared: u32, generation: u32) -> u32 {
+    fn fill(
+        &mut self,
+        tag: u64,
+        opcode: WcOpcode,
+        prepared: u32,
+        generation: u32,
+        unreported: bool,
+    ) -> u32 {
         let (e, f) = self.take();
         f.next = NONE;
         f.more = NONE;
@@ -277,6 +283,7 @@ impl<B> Flights<B> {
         f.opcode = opcode;
         f.prepared = prepared;
         f.generation = generation;
+        f.unreported = unreported;
         e
     }
 
@@ -316,7 +323,6 @@ impl<B> Flights<B> {
     #[inline(always)]
     pub(crate) fn retire(&mut self, e: u32) -> (Retired<B>, u32) {
         let f = &mut self.entries[e as usize];
-        let next = f.next;
         let kept = Retired {
             tag: f.tag,
             opcode: f.opcode,
@@ -325,10 +331,24 @@ impl<B> Flights<B> {
             more: f.more,
             first: f.buf.take(),
         };
-        f.next = self.free;
+        let next = core::mem::replace(&mut f.next, self.free);
         self.free = e;
         self.available += 1;
         (kept, next)
+    }
+
+    /// Releases detached entry `e` if it was posted unreported (a prepared
+    /// post: its buffers stay in its table): the next entry of its chain.
+    #[inline(always)]
+    pub(crate) fn release_unreported(&mut self, e: u32) -> Option<u32> {
+        let f = &mut self.entries[e as usize];
+        if !f.unreported {
+            return None;
+        }
+        let next = core::mem::replace(&mut f.next, self.free);
+        self.free = e;
+        self.available += 1;
+        Some(next)
     }
 
     /// Releases what is left of the detached chain (`detached`), dropping
@@ -352,16 +372,9 @@ impl<B> Flights<B> {
     pub(crate) fn take_first(&mut self, kept: &mut Retired<B>) -> Option<B> {
         match kept.first.take() {
             Some(l) => Some(l.buf),
-            None if kept.more != NONE => self.take_from_overflow(kept.more),
+            None if kept.more != NONE => self.overflow.take_one(kept.more),
             None => None,
         }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn take_from_overflow(&mut self, more: u32) -> Option<B> {
-        let o = self.overflow.get_mut(more as usize)?;
-        o.bufs.iter_mut().find_map(Option::take).map(|l| l.buf)
     }
 
     /// Every buffer `kept` still holds, as a list; none left in it (its
@@ -369,7 +382,7 @@ impl<B> Flights<B> {
     pub(crate) fn take_sgl(&mut self, kept: &mut Retired<B>) -> Sgl<B> {
         let rest = match core::mem::replace(&mut kept.more, NONE) {
             NONE => None,
-            more => Some(self.unspill(more)),
+            more => Some(self.overflow.unspill(more)),
         };
         Sgl::from_parts(kept.first.take(), rest)
     }
@@ -380,7 +393,7 @@ impl<B> Flights<B> {
         kept.first = first;
         kept.more = match rest {
             None => NONE,
-            Some(rest) => self.spill(rest),
+            Some(rest) => self.overflow.spill(rest),
         };
     }
 
@@ -388,7 +401,7 @@ impl<B> Flights<B> {
     /// request lent to a callback that panicked).
     #[cold]
     pub(crate) fn release_overflow(&mut self, more: u32) {
-        drop(self.unspill(more));
+        drop(self.overflow.unspill(more));
     }
 
     /// The entries of `ring`'s chain, oldest first.
@@ -418,7 +431,7 @@ impl<B> Flights<B> {
             self.available += 1;
             drop(buf);
             if more != NONE {
-                drop(self.unspill(more));
+                drop(self.overflow.unspill(more));
             }
         }
         ring.last = NONE;
@@ -434,9 +447,7 @@ impl<B> Flights<B> {
             at = f.next;
             core::mem::forget(f.buf.take());
             let more = core::mem::replace(&mut f.more, NONE);
-            if let Some(o) = self.overflow.get_mut(more as usize) {
-                core::mem::forget(core::mem::take(&mut o.bufs));
-            }
+            self.overflow.leak(more);
         }
         ring.first = NONE;
         ring.last = NONE;
@@ -456,39 +467,8 @@ impl<B> Flights<B> {
     ) {
         debug_assert!(ring.first == NONE);
         for _ in 0..ring.len() {
-            let e = self.fill(tag, opcode, prepared, generation);
+            let e = self.fill(tag, opcode, prepared, generation, false);
             self.link(ring, e);
         }
-    }
-
-    /// Moves a request's buffers after its first into an overflow entry:
-    /// by exception, within the capacity `allow_overflow` reserved (a
-    /// request of several buffers posts only on a queue pair granted them).
-    #[cold]
-    #[inline(never)]
-    fn spill(&mut self, rest: Rest<B>) -> u32 {
-        let e = self.overflow_free;
-        if let Some(o) = self.overflow.get_mut(e as usize) {
-            self.overflow_free = o.next;
-            core::mem::forget(core::mem::replace(&mut o.bufs, rest));
-            return e;
-        }
-        debug_assert!(self.overflow.len() < self.overflow.capacity());
-        self.overflow.push(Overflow {
-            next: NONE,
-            bufs: rest,
-        });
-        (self.overflow.len() - 1) as u32
-    }
-
-    /// The buffers overflow entry `e` kept, and the entry released.
-    #[cold]
-    #[inline(never)]
-    fn unspill(&mut self, e: u32) -> Rest<B> {
-        let o = &mut self.overflow[e as usize];
-        let rest = core::mem::take(&mut o.bufs);
-        o.next = self.overflow_free;
-        self.overflow_free = e;
-        rest
     }
 }

@@ -84,7 +84,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// Polls the completion queue(s) once, up to 16 entries each, and hands
     /// every finished request to `on_done` with its buffers, in completion
     /// order: an unsignaled request is handed back (as `SUCCESS`, not
-    /// signaled) when the next signaled request of its queue completes.
+    /// signaled) when the next signaled request of its queue completes; a
+    /// post of [`Engine::post_prepared_unreported`] only if it fails.
     /// Returns the number handed back.
     #[inline]
     pub fn poll(
@@ -245,19 +246,33 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                     generation: slot.generation,
                 };
                 let side = recv & self.recv_cq.is_some();
-                let delivered = count as usize;
+                let mut delivered = count as usize;
                 let ring = if recv { &mut slot.recv } else { &mut slot.send };
                 let flights = &mut self.flights[usize::from(side)];
                 let mut at = flights.detach(ring, count);
                 loop {
                     count -= 1;
+                    let own_entry = each_own || count == 0;
                     let flights = &mut self.flights[usize::from(side)];
+                    // Posted unreported and succeeded (one before the
+                    // entry's own did: a failure has an entry of its own):
+                    // nothing to hand back, its buffers stay with its
+                    // prepared request.
+                    let quiet = !own_entry || wc.status == WcStatus::SUCCESS;
+                    if let Some(next) = quiet.then(|| flights.release_unreported(at)).flatten() {
+                        at = next;
+                        flights.detached = at;
+                        delivered -= 1;
+                        if count == 0 {
+                            return delivered;
+                        }
+                        continue;
+                    }
                     let (kept, next) = flights.retire(at);
                     at = next;
                     // What is left to lend: released by `Unrouted` if the
                     // callback panics.
                     flights.detached = at;
-                    let own_entry = each_own || count == 0;
                     if kept.more == NONE {
                         on_done(CompletionRef {
                             wc,

@@ -258,6 +258,12 @@ impl<B: NicBuf, P: Provider> Poster<'_, B, P> {
         self.engine.post_prepared_unsignaled(p)
     }
 
+    /// [`Engine::post_prepared_unreported`].
+    #[inline]
+    pub fn post_prepared_unreported(&mut self, p: PreparedSend) -> Result<(), Error> {
+        self.engine.post_prepared_unreported(p)
+    }
+
     /// [`Engine::in_flight`].
     pub fn in_flight(&self, qp: QpId) -> Result<(u64, u64), Error> {
         self.engine.in_flight(qp)

@@ -21,6 +21,17 @@ use super::prepared_table::{
 };
 use super::qp_slot::QpId;
 
+/// How a prepared request is posted.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Post {
+    /// Signaled as prepared.
+    AsPrepared,
+    /// Unsignaled, handed back when a later request completes.
+    Unsignaled,
+    /// Unsignaled, handed back only if it fails.
+    Unreported,
+}
+
 #[cold]
 fn busy(call: &'static crate::error::Site) -> Error {
     Error::new(call, ErrorKind::BadState)
@@ -127,22 +138,29 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// it completed: one source buffer behind a whole window of Writes.
     #[inline(always)]
     pub fn post_prepared<H: PreparedHandle>(&mut self, p: H) -> Result<(), Error> {
-        self.post_prepared_as(p, true)
+        self.post_prepared_as(p, Post::AsPrepared)
     }
 
     /// [`Engine::post_prepared`] for a send, unsignaled this time (unless
     /// the queue needs a signal: see `SendRequest::unsignaled`).
     #[inline(always)]
     pub fn post_prepared_unsignaled(&mut self, p: PreparedSend) -> Result<(), Error> {
-        self.post_prepared_as(p, false)
+        self.post_prepared_as(p, Post::Unsignaled)
+    }
+
+    /// [`Engine::post_prepared_unsignaled`], and [`Engine::poll`] hands this
+    /// post back only if it fails (as verbs reports an unsignaled request):
+    /// a server's reply that nothing waits for. Its buffers stay with the
+    /// prepared request either way, and `write_prepared` is refused until
+    /// the device is done with this post (a later request of its queue pair
+    /// completed).
+    #[inline(always)]
+    pub fn post_prepared_unreported(&mut self, p: PreparedSend) -> Result<(), Error> {
+        self.post_prepared_as(p, Post::Unreported)
     }
 
     #[inline(always)]
-    fn post_prepared_as<H: PreparedHandle>(
-        &mut self,
-        p: H,
-        as_prepared: bool,
-    ) -> Result<(), Error> {
+    fn post_prepared_as<H: PreparedHandle>(&mut self, p: H, how: Post) -> Result<(), Error> {
         let (index, key) = p.parts();
         let table = if H::RECV {
             &mut self.prepared.recvs
@@ -167,7 +185,14 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             let seq = slot.recv.next_seq();
             super::doorbell::recv_prepared(&mut self.prov, qp, entry.qp, seq, &mut entry.wr)?;
             entry.last_post = seq;
-            flights.push_bare(&mut slot.recv, entry.tag, WcOpcode::RECV, index, key as u32);
+            flights.push_bare(
+                &mut slot.recv,
+                entry.tag,
+                WcOpcode::RECV,
+                index,
+                key as u32,
+                false,
+            );
             return Ok(());
         }
         if slot.send.len() >= slot.send_room {
@@ -177,7 +202,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         if flights.available() == 0 {
             return Err(engine_full());
         }
-        let asked = (as_prepared && entry.signaled) || flights.crowded(0);
+        let asked = (how == Post::AsPrepared && entry.signaled) || flights.crowded(0);
         // A signaled post (the latency tests' every one) reads no run.
         let mut run = if asked { 0 } else { slot.unsignaled_run };
         let signaled =
@@ -187,7 +212,15 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             .map_err(super::check::post_hint)?;
         entry.last_post = seq;
         slot.unsignaled_run = run;
-        flights.push_bare(&mut slot.send, entry.tag, entry.opcode, index, key as u32);
+        let unreported = how == Post::Unreported;
+        flights.push_bare(
+            &mut slot.send,
+            entry.tag,
+            entry.opcode,
+            index,
+            key as u32,
+            unreported,
+        );
         Ok(())
     }
 

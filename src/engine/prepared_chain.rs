@@ -102,6 +102,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 entry.opcode,
                 h.index,
                 h.key as u32,
+                false,
             );
         }
         slot.unsignaled_run = plan.run_after(posted, slot.unsignaled_run);

@@ -205,7 +205,7 @@ pub(crate) fn send_inline<B, P: Provider>(
     // SAFETY: with IBV_SEND_INLINE the provider copies `data` into the work
     // queue during the call; `data` and `sge` outlive it.
     unsafe { prov.post_send(qp, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
-    flights.push_bare(ring, meta.tag, meta.opcode, NOT_PREPARED, 0);
+    flights.push_bare(ring, meta.tag, meta.opcode, NOT_PREPARED, 0, false);
     Ok(())
 }
 

@@ -48,3 +48,5 @@ mod window;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod unreported;

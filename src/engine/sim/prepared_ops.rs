@@ -52,8 +52,11 @@ impl Run {
         } else if !self.sends.is_empty() && self.rng.chance(500) {
             let (p, _) = self.sends[self.rng.below(self.sends.len() as u64) as usize];
             let unsignaled = self.rng.chance(300);
+            let unreported = unsignaled && self.rng.chance(500);
             let _ = counted(|| {
-                if unsignaled {
+                if unreported {
+                    self.engine.post_prepared_unreported(p)
+                } else if unsignaled {
                     self.engine.post_prepared_unsignaled(p)
                 } else {
                     self.engine.post_prepared(p)
