@@ -14,7 +14,7 @@ use crate::sys::{self, ibv_wc_opcode as WcOpcode, ibv_wc_status as WcStatus};
 
 use super::core::Engine;
 use super::doorbell::{Provider, Verbs};
-use super::flights::{Retired, NOT_PREPARED};
+use super::flights::{Retired, NOT_PREPARED, UNREPORTED};
 use super::prepared_table::Prepared;
 use super::qp_slot::QpId;
 use super::ring::NONE;
@@ -177,7 +177,7 @@ impl<B, P: Provider> CompletionRef<'_, B, P> {
         (self.origin == Origin::Ring && k.prepared != NOT_PREPARED).then(|| {
             self.engine
                 .prepared
-                .handle(self.is_recv, k.prepared, k.generation)
+                .handle(self.is_recv, k.prepared & !UNREPORTED, k.generation)
         })
     }
 

@@ -34,6 +34,12 @@ use overflow::OverflowTable;
 /// `Flight::prepared` of a request posted with its own buffers.
 pub(crate) const NOT_PREPARED: u32 = u32::MAX;
 
+/// Set in `Flight::prepared` for a post handed back only if it fails
+/// (`Engine::post_prepared_unreported`): a prepared request's index stays
+/// below it (`MAX_PREPARED`), and a request with its own buffers is never
+/// posted unreported.
+pub(crate) const UNREPORTED: u32 = 1 << 31;
+
 /// Entries a table makes with its engine, before any request: a loop's
 /// first requests take made entries (no data path pays for making them),
 /// and a table of them is a few tens of KiB however deep its completion
@@ -50,13 +56,12 @@ pub(crate) struct Flight<B> {
     /// which get no completion entry of their own, and for errors, whose
     /// entry's opcode is undefined).
     pub(crate) opcode: WcOpcode,
-    /// The prepared request this is a post of (its table index), or
+    /// The prepared request this is a post of (its table index, with
+    /// `UNREPORTED` for a post handed back only if it fails), or
     /// `NOT_PREPARED`; its buffers stay in that table.
     pub(crate) prepared: u32,
     /// That prepared request's generation.
     pub(crate) generation: u32,
-    /// Posted unreported: handed back only if it fails.
-    unreported: bool,
     pub(crate) tag: u64,
     /// The request's first buffer (none for prepared, inline and bind posts).
     buf: Option<Local<B>>,
@@ -71,7 +76,6 @@ impl<B> Flight<B> {
             opcode: WcOpcode::SEND,
             prepared: NOT_PREPARED,
             generation: 0,
-            unreported: false,
             tag: 0,
             buf: None,
         }
@@ -240,7 +244,6 @@ impl<B> Flights<B> {
         f.tag = tag;
         f.opcode = opcode;
         f.prepared = NOT_PREPARED;
-        f.unreported = false;
         // A released entry holds no buffer: nothing to drop. Taken out of
         // the list straight into the entry (not through a local first).
         core::mem::forget(core::mem::replace(&mut f.buf, sgl.take_head()));
@@ -261,21 +264,19 @@ impl<B> Flights<B> {
         generation: u32,
         unreported: bool,
     ) {
-        let e = self.fill(tag, opcode, prepared, generation, unreported);
+        let prepared = if unreported {
+            prepared | UNREPORTED
+        } else {
+            prepared
+        };
+        let e = self.fill(tag, opcode, prepared, generation);
         self.link(ring, e);
         ring.push_filled();
     }
 
     /// A new entry, without buffers: its index.
     #[inline(always)]
-    fn fill(
-        &mut self,
-        tag: u64,
-        opcode: WcOpcode,
-        prepared: u32,
-        generation: u32,
-        unreported: bool,
-    ) -> u32 {
+    fn fill(&mut self, tag: u64, opcode: WcOpcode, prepared: u32, generation: u32) -> u32 {
         let (e, f) = self.take();
         f.next = NONE;
         f.more = NONE;
@@ -283,7 +284,6 @@ impl<B> Flights<B> {
         f.opcode = opcode;
         f.prepared = prepared;
         f.generation = generation;
-        f.unreported = unreported;
         e
     }
 
@@ -342,7 +342,7 @@ impl<B> Flights<B> {
     #[inline(always)]
     pub(crate) fn release_unreported(&mut self, e: u32) -> Option<u32> {
         let f = &mut self.entries[e as usize];
-        if !f.unreported {
+        if !(UNREPORTED..NOT_PREPARED).contains(&f.prepared) {
             return None;
         }
         let next = core::mem::replace(&mut f.next, self.free);
@@ -467,7 +467,7 @@ impl<B> Flights<B> {
     ) {
         debug_assert!(ring.first == NONE);
         for _ in 0..ring.len() {
-            let e = self.fill(tag, opcode, prepared, generation, false);
+            let e = self.fill(tag, opcode, prepared, generation);
             self.link(ring, e);
         }
     }

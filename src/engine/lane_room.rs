@@ -11,7 +11,7 @@ use crate::memory::NicBuf;
 
 use super::core::Engine;
 use super::doorbell::Provider;
-use super::flights::Flight;
+use super::flights::{Flight, UNREPORTED};
 use super::prepared_table::{PreparedRecv, PreparedSend};
 use super::qp_slot::QpSlot;
 
@@ -56,8 +56,10 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     ) -> Result<[u32; 2], Error> {
         let side = self.recv_side;
         let slot = &mut self.qps[qp as usize];
-        let ours =
-            |f: &Flight<B>, index: u32, key: u64| f.prepared == index && f.generation == key as u32;
+        // A post of the lane's request, reported or not.
+        let ours = |f: &Flight<B>, index: u32, key: u64| {
+            f.prepared & !UNREPORTED == index && f.generation == key as u32
+        };
         let flights = &mut self.flights;
         if !flights[0]
             .chain(&slot.send)

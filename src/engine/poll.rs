@@ -31,6 +31,17 @@ use super::ring::NONE;
 /// its queue pair.
 type Lent<B> = (Origin, Retired<B>, bool, bool, bool, Option<QpId>);
 
+/// The requests one completion finishes, detached from their queue (see
+/// `Engine::lend_chain`).
+struct Chain {
+    first: u32,
+    count: u64,
+    side: bool,
+    recv: bool,
+    each_own: bool,
+    qp: QpId,
+}
+
 /// Most completion entries one poll takes off a CQ.
 pub(crate) const POLL_BATCH: usize = 16;
 
@@ -208,6 +219,69 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         }
     }
 
+    /// Lends each request of `chain`, detached from its queue, to
+    /// `on_done`, oldest first; with `UNREPORTED`, releases those posted
+    /// unreported that succeeded without lending them. Returns how many
+    /// it lent.
+    #[inline(always)]
+    fn lend_chain<const UNREPORTED: bool>(
+        &mut self,
+        wc: &sys::ibv_wc,
+        chain: Chain,
+        on_done: &mut impl FnMut(CompletionRef<'_, B, P>),
+    ) -> usize {
+        let Chain {
+            first: mut at,
+            mut count,
+            side,
+            recv,
+            each_own,
+            qp,
+        } = chain;
+        let mut delivered = count as usize;
+        loop {
+            count -= 1;
+            let own_entry = each_own || count == 0;
+            let flights = &mut self.flights[usize::from(side)];
+            // Posted unreported and succeeded (one before the entry's own
+            // did: a failure has an entry of its own): nothing to hand
+            // back, its buffers stay with its prepared request.
+            let quiet = UNREPORTED && (!own_entry || wc.status == WcStatus::SUCCESS);
+            if let Some(next) = quiet.then(|| flights.release_unreported(at)).flatten() {
+                at = next;
+                flights.detached = at;
+                delivered -= 1;
+                if count == 0 {
+                    return delivered;
+                }
+                continue;
+            }
+            let (kept, next) = flights.retire(at);
+            at = next;
+            // What is left to lend: released by `Unrouted` if the
+            // callback panics.
+            flights.detached = at;
+            if kept.more == NONE {
+                on_done(CompletionRef {
+                    wc,
+                    origin: Origin::Ring,
+                    kept,
+                    side,
+                    own_entry,
+                    is_recv: recv,
+                    qp: Some(qp),
+                    engine: self,
+                });
+            } else {
+                let c = (Origin::Ring, kept, side, own_entry, recv, Some(qp));
+                self.lend_several(wc, c, on_done);
+            }
+            if count == 0 {
+                return delivered;
+            }
+        }
+    }
+
     /// Hands back what completion `wc` finishes. Idempotent: a second call
     /// with the same entry finds nothing left to hand back. Only under an
     /// `Unrouted` guard (`route_as`), which releases a lent entry whose
@@ -229,7 +303,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                     return 0;
                 }
                 let ring = if recv { &slot.recv } else { &slot.send };
-                let mut count = ring.through(seq);
+                let count = ring.through(seq);
                 if count == 0 {
                     return 0;
                 }
@@ -246,51 +320,23 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                     generation: slot.generation,
                 };
                 let side = recv & self.recv_cq.is_some();
-                let mut delivered = count as usize;
+                let unreported = slot.unreported_sends & !recv;
                 let ring = if recv { &mut slot.recv } else { &mut slot.send };
-                let flights = &mut self.flights[usize::from(side)];
-                let mut at = flights.detach(ring, count);
-                loop {
-                    count -= 1;
-                    let own_entry = each_own || count == 0;
-                    let flights = &mut self.flights[usize::from(side)];
-                    // Posted unreported and succeeded (one before the
-                    // entry's own did: a failure has an entry of its own):
-                    // nothing to hand back, its buffers stay with its
-                    // prepared request.
-                    let quiet = !own_entry || wc.status == WcStatus::SUCCESS;
-                    if let Some(next) = quiet.then(|| flights.release_unreported(at)).flatten() {
-                        at = next;
-                        flights.detached = at;
-                        delivered -= 1;
-                        if count == 0 {
-                            return delivered;
-                        }
-                        continue;
-                    }
-                    let (kept, next) = flights.retire(at);
-                    at = next;
-                    // What is left to lend: released by `Unrouted` if the
-                    // callback panics.
-                    flights.detached = at;
-                    if kept.more == NONE {
-                        on_done(CompletionRef {
-                            wc,
-                            origin: Origin::Ring,
-                            kept,
-                            side,
-                            own_entry,
-                            is_recv: recv,
-                            qp: Some(id),
-                            engine: self,
-                        });
-                    } else {
-                        let c = (Origin::Ring, kept, side, own_entry, recv, Some(id));
-                        self.lend_several(wc, c, on_done);
-                    }
-                    if count == 0 {
-                        return delivered;
-                    }
+                let first = self.flights[usize::from(side)].detach(ring, count);
+                let chain = Chain {
+                    first,
+                    count,
+                    side,
+                    recv,
+                    each_own,
+                    qp: id,
+                };
+                // Two copies of the loop: a queue never posted unreported
+                // (every plain path) asks its entries nothing.
+                if unreported {
+                    self.lend_chain::<true>(wc, chain, on_done)
+                } else {
+                    self.lend_chain::<false>(wc, chain, on_done)
                 }
             }
             WrId::Srq { slot, generation } => {

@@ -53,7 +53,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         qp: QpId,
         req: SendRequest<B>,
     ) -> Result<PreparedSend, PostError<SendRequest<B>>> {
-        let built = self.slot(qp).and_then(|slot| {
+        let room = self.prepared.check_room(false);
+        let built = room.and_then(|()| self.slot(qp)).and_then(|slot| {
             check_prepare_ud(slot, true, 0)?;
             check_send(slot, &req.op, req.sgl.total_len() as u64, req.flags.inline)?;
             let f = req.flags;
@@ -101,7 +102,8 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         qp: QpId,
         req: RecvRequest<B>,
     ) -> Result<PreparedRecv, PostError<RecvRequest<B>>> {
-        let built = self.slot(qp).and_then(|slot| {
+        let room = self.prepared.check_room(true);
+        let built = room.and_then(|()| self.slot(qp)).and_then(|slot| {
             if slot.has_srq {
                 return Err(super::check::cannot_recv(slot.state, true));
             }
@@ -213,6 +215,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         entry.last_post = seq;
         slot.unsignaled_run = run;
         let unreported = how == Post::Unreported;
+        slot.unreported_sends |= unreported;
         flights.push_bare(
             &mut slot.send,
             entry.tag,

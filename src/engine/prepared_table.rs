@@ -17,6 +17,9 @@ pub(super) const RELEASED: u64 = 1 << 32;
 /// Set in the key of an entry whose buffer was lent since its entries were
 /// built (a loan can swap it): a post's one key test misses and rebuilds.
 pub(super) const LENT: u64 = 1 << 33;
+/// Prepared requests a table holds at most: an index stays below
+/// `flights::UNREPORTED`, which marks a post in flight.
+const MAX_PREPARED: usize = (1 << 31) - 1;
 /// `Entry::last_post` of a request never posted: no ring holds it.
 pub(super) const NEVER: u64 = u64::MAX;
 
@@ -114,8 +117,25 @@ impl<B> PreparedTable<B> {
         }
     }
 
+    /// Refuses a new entry when the table holds `MAX_PREPARED` live ones.
+    pub(super) fn check_room(&self, recv: bool) -> Result<(), Error> {
+        let table = if recv { &self.recvs } else { &self.sends };
+        if table.len() < MAX_PREPARED || table.iter().any(|e| e.key & RELEASED != 0) {
+            return Ok(());
+        }
+        Err(Error::new(
+            site!(
+                "prepare a request",
+                "the engine holds 2^31 - 1 prepared requests of this kind",
+                "release some (release_prepared)"
+            ),
+            ErrorKind::QueueFull,
+        ))
+    }
+
     /// Stores `entry` in a released slot if there is one (allocates
-    /// otherwise: setup time) and returns its index and key.
+    /// otherwise: setup time; `check_room` first) and returns its index
+    /// and key.
     pub(super) fn insert(&mut self, recv: bool, mut entry: Entry<B>) -> (u32, u64) {
         let engine = u64::from(self.engine) << 34;
         let table = self.table(recv);

@@ -100,6 +100,10 @@ pub(crate) struct QpSlot<Q> {
     /// still finds it when dropped, the lane was forgotten with the queue
     /// pair, which is then leaked, and so must its prepared requests be.
     pub(crate) lane_out: bool,
+    /// Set by its first unreported send (`post_prepared_unreported`) and
+    /// kept: until then no entry of its send queue is unreported, and the
+    /// router asks none.
+    pub(crate) unreported_sends: bool,
     /// What the device granted (scatter/gather entries, inline data).
     pub(crate) caps: sys::ibv_qp_cap,
     pub(crate) info: QpInfo,
@@ -133,6 +137,7 @@ impl<Q> QpSlot<Q> {
             unsignaled_run: 0,
             has_srq,
             lane_out: false,
+            unreported_sends: false,
             caps,
             info,
             tally: Tally::default(),
@@ -154,6 +159,7 @@ impl<Q> QpSlot<Q> {
             unsignaled_run: 0,
             has_srq: false,
             lane_out: false,
+            unreported_sends: false,
             caps: sys::ibv_qp_cap::default(),
             info: QpInfo::default(),
             tally: Tally::default(),

@@ -4,7 +4,7 @@
 //! status; its buffer stays with its prepared request and is refused to
 //! the caller while a post of it is in flight, whether or not that post
 //! will be reported; a callback that panics in a chain of them strands no
-//! entry.
+//! entry; a lane started on the prepared send takes them over as its own.
 
 use alloc::vec::Vec;
 
@@ -125,5 +125,18 @@ fn a_callback_that_panics_among_unreported_posts_strands_nothing() {
         engine.prov.dev.complete(0, false, 2);
         assert_eq!(poll(&mut engine), [(9, WcStatus::SUCCESS)]);
     }
+    engine.prepared_buf(reply).unwrap();
+}
+
+#[test]
+fn a_lane_takes_over_the_unreported_posts_of_its_send() {
+    let (mut engine, qp, [reply, ..]) = engine();
+    engine.post_prepared_unreported(reply).unwrap();
+    engine.post_prepared_unreported(reply).unwrap();
+    let lane = engine.lane(reply, None).map(drop);
+    assert!(lane.is_ok(), "refused: {:?}", lane.err());
+    engine.prov.dev.complete(0, false, 2);
+    poll(&mut engine);
+    assert_eq!(engine.in_flight(qp).unwrap(), (0, 0));
     engine.prepared_buf(reply).unwrap();
 }
