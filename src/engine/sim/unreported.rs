@@ -4,7 +4,8 @@
 //! status; its buffer stays with its prepared request and is refused to
 //! the caller while a post of it is in flight, whether or not that post
 //! will be reported; a callback that panics in a chain of them strands no
-//! entry; a lane started on the prepared send takes them over as its own.
+//! entry; a lane started on the prepared send takes them over as its own;
+//! a reset hands each back as flushed.
 
 use alloc::vec::Vec;
 
@@ -137,6 +138,22 @@ fn a_lane_takes_over_the_unreported_posts_of_its_send() {
     assert!(lane.is_ok(), "refused: {:?}", lane.err());
     engine.prov.dev.complete(0, false, 2);
     poll(&mut engine);
+    assert_eq!(engine.in_flight(qp).unwrap(), (0, 0));
+    engine.prepared_buf(reply).unwrap();
+}
+
+#[test]
+fn a_reset_hands_back_unreported_posts_as_flushed() {
+    let (mut engine, qp, [reply, ..]) = engine();
+    engine.post_prepared_unreported(reply).unwrap();
+    engine.post_prepared_unreported(reply).unwrap();
+    // The device reports nothing before RESET: both are left to it.
+    let mut got = Vec::new();
+    engine
+        .flush_to_reset(qp, || false, &mut |c| got.push((c.tag(), c.status())))
+        .unwrap();
+    let flushed = WcStatus::WR_FLUSH_ERR;
+    assert_eq!(got, [(7, flushed), (7, flushed)]);
     assert_eq!(engine.in_flight(qp).unwrap(), (0, 0));
     engine.prepared_buf(reply).unwrap();
 }
