@@ -323,6 +323,7 @@ impl<B> Flights<B> {
     #[inline(always)]
     pub(crate) fn retire(&mut self, e: u32) -> (Retired<B>, u32) {
         let f = &mut self.entries[e as usize];
+        let next = f.next;
         let kept = Retired {
             tag: f.tag,
             opcode: f.opcode,
@@ -331,7 +332,7 @@ impl<B> Flights<B> {
             more: f.more,
             first: f.buf.take(),
         };
-        let next = core::mem::replace(&mut f.next, self.free);
+        f.next = self.free;
         self.free = e;
         self.available += 1;
         (kept, next)

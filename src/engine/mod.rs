@@ -36,6 +36,7 @@ pub(crate) mod id;
 mod keepalive;
 mod lane;
 mod lane_room;
+mod lend;
 mod path;
 mod poll;
 mod post;

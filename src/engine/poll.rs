@@ -23,24 +23,9 @@ use super::core::Engine;
 use super::doorbell::Provider;
 use super::flights::Retired;
 use super::id::{self, WrId};
+use super::lend::Chain;
 use super::qp_slot::{QpId, QpState};
 use super::ring::NONE;
-
-/// A request of several buffers lent to a callback: its origin, what was
-/// kept of it, its table's side, whether the entry is its own, a receive,
-/// its queue pair.
-type Lent<B> = (Origin, Retired<B>, bool, bool, bool, Option<QpId>);
-
-/// The requests one completion finishes, detached from their queue (see
-/// `Engine::lend_chain`).
-struct Chain {
-    first: u32,
-    count: u64,
-    side: bool,
-    recv: bool,
-    each_own: bool,
-    qp: QpId,
-}
 
 /// Most completion entries one poll takes off a CQ.
 pub(crate) const POLL_BATCH: usize = 16;
@@ -178,108 +163,6 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             pending.rest = rest;
         }
         delivered
-    }
-
-    /// Lends a request of several buffers (`origin`, what was kept of it,
-    /// its table's side, whether the entry is its own, a receive, its
-    /// queue pair) to `on_done`: its buffers after the first stay in their
-    /// overflow entry, released when the callback returns (or by `Unrouted`
-    /// if it panics). By exception: a request of one buffer is lent inline.
-    #[cold]
-    #[inline(never)]
-    fn lend_several(
-        &mut self,
-        wc: &sys::ibv_wc,
-        c: Lent<B>,
-        on_done: &mut impl FnMut(CompletionRef<'_, B, P>),
-    ) {
-        let (origin, kept, side, own_entry, is_recv, qp) = c;
-        self.lent = kept.more | u32::from(side) << 31;
-        on_done(CompletionRef {
-            wc,
-            origin,
-            kept,
-            side,
-            own_entry,
-            is_recv,
-            qp,
-            engine: self,
-        });
-        self.release_lent();
-    }
-
-    /// Releases the overflow entry of the request lent to a callback (when
-    /// it returned, or panicked), with the buffers it still keeps.
-    #[cold]
-    #[inline(never)]
-    fn release_lent(&mut self) {
-        let lent = core::mem::replace(&mut self.lent, NONE);
-        if lent != NONE {
-            self.flights[(lent >> 31) as usize].release_overflow(lent & !(1 << 31));
-        }
-    }
-
-    /// Lends each request of `chain`, detached from its queue, to
-    /// `on_done`, oldest first; with `UNREPORTED`, releases those posted
-    /// unreported that succeeded without lending them. Returns how many
-    /// it lent.
-    #[inline(always)]
-    fn lend_chain<const UNREPORTED: bool>(
-        &mut self,
-        wc: &sys::ibv_wc,
-        chain: Chain,
-        on_done: &mut impl FnMut(CompletionRef<'_, B, P>),
-    ) -> usize {
-        let Chain {
-            first: mut at,
-            mut count,
-            side,
-            recv,
-            each_own,
-            qp,
-        } = chain;
-        let mut delivered = count as usize;
-        loop {
-            count -= 1;
-            let own_entry = each_own || count == 0;
-            let flights = &mut self.flights[usize::from(side)];
-            // Posted unreported and succeeded (one before the entry's own
-            // did: a failure has an entry of its own): nothing to hand
-            // back, its buffers stay with its prepared request.
-            let quiet = UNREPORTED && (!own_entry || wc.status == WcStatus::SUCCESS);
-            if let Some(next) = quiet.then(|| flights.release_unreported(at)).flatten() {
-                at = next;
-                flights.detached = at;
-                delivered -= 1;
-                if count == 0 {
-                    return delivered;
-                }
-                continue;
-            }
-            let (kept, next) = flights.retire(at);
-            at = next;
-            // What is left to lend: released by `Unrouted` if the
-            // callback panics.
-            flights.detached = at;
-            if kept.more == NONE {
-                on_done(CompletionRef {
-                    wc,
-                    origin: Origin::Ring,
-                    kept,
-                    side,
-                    own_entry,
-                    is_recv: recv,
-                    qp: Some(qp),
-                    engine: self,
-                });
-            } else {
-                let c = (Origin::Ring, kept, side, own_entry, recv, Some(qp));
-                self.lend_several(wc, c, on_done);
-            }
-            if count == 0 {
-                return delivered;
-            }
-        }
     }
 
     /// Hands back what completion `wc` finishes. Idempotent: a second call
