@@ -46,6 +46,13 @@ fn engine() -> (SimEngine, QpId, [PreparedSend; 3]) {
     (engine, qp, sends)
 }
 
+/// Posts `reply` unreported twice: the second asks for the completion.
+fn post_twice(engine: &mut SimEngine, reply: PreparedSend) {
+    for _ in 0..2 {
+        engine.post_prepared_unreported(reply).unwrap();
+    }
+}
+
 /// What one poll hands back: each request's tag and status.
 fn poll(engine: &mut SimEngine) -> Vec<(u64, WcStatus)> {
     let mut got = Vec::new();
@@ -56,9 +63,7 @@ fn poll(engine: &mut SimEngine) -> Vec<(u64, WcStatus)> {
 #[test]
 fn an_unreported_post_that_succeeds_is_not_handed_back() {
     let (mut engine, qp, [reply, other, last]) = engine();
-    engine.post_prepared_unreported(reply).unwrap();
-    // The second of the queue's two asks for the completion.
-    engine.post_prepared_unreported(reply).unwrap();
+    post_twice(&mut engine, reply);
     let busy = engine.prepared_buf(reply).map(|_| ()).unwrap_err();
     assert_eq!(busy.kind(), ErrorKind::BadState, "lent while in flight");
     engine.prov.dev.complete(0, false, 2);
@@ -90,8 +95,7 @@ fn an_unreported_post_that_succeeds_is_not_handed_back() {
 #[test]
 fn an_unreported_post_that_fails_or_flushes_is_handed_back() {
     let (mut engine, qp, [reply, _, last]) = engine();
-    engine.post_prepared_unreported(reply).unwrap();
-    engine.post_prepared_unreported(reply).unwrap();
+    post_twice(&mut engine, reply);
     engine.post_prepared(last).unwrap();
     // The first fails, the two behind it flush.
     engine.prov.dev.fail(0);
@@ -132,8 +136,7 @@ fn a_callback_that_panics_among_unreported_posts_strands_nothing() {
 #[test]
 fn a_lane_takes_over_the_unreported_posts_of_its_send() {
     let (mut engine, qp, [reply, ..]) = engine();
-    engine.post_prepared_unreported(reply).unwrap();
-    engine.post_prepared_unreported(reply).unwrap();
+    post_twice(&mut engine, reply);
     let lane = engine.lane(reply, None).map(drop);
     assert!(lane.is_ok(), "refused: {:?}", lane.err());
     engine.prov.dev.complete(0, false, 2);
@@ -145,8 +148,7 @@ fn a_lane_takes_over_the_unreported_posts_of_its_send() {
 #[test]
 fn a_reset_hands_back_unreported_posts_as_flushed() {
     let (mut engine, qp, [reply, ..]) = engine();
-    engine.post_prepared_unreported(reply).unwrap();
-    engine.post_prepared_unreported(reply).unwrap();
+    post_twice(&mut engine, reply);
     // The device reports nothing before RESET: both are left to it.
     let mut got = Vec::new();
     engine
