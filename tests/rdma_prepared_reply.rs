@@ -11,8 +11,8 @@ mod support;
 
 use verbs::sys::ibv_wc_status as S;
 use verbs::{
-    Engine, ErrorKind, HostBuf, Local, MemoryRegion, PreparedSend, ProtectionDomain, QpId, QpState,
-    QueuePair, RecvRequest, RemoteSlice, SendOp, SendRequest, WcStatus,
+    ErrorKind, HostBuf, Local, MemoryRegion, PreparedSend, ProtectionDomain, QpState, QueuePair,
+    RecvRequest, RemoteSlice, SendOp, SendRequest, WcStatus,
 };
 
 type Qp = QueuePair<MemoryRegion>;
@@ -37,7 +37,7 @@ fn buf(pd: &ProtectionDomain, byte: u8) -> MemoryRegion {
 fn a_prepared_reply_is_written_from_the_callback_only_while_none_of_its_posts_is_in_flight() {
     let ctx = support::test_context("a_prepared_reply_from_the_callback");
     let pd = ProtectionDomain::new(&ctx).unwrap();
-    let (mut server, mut client, s, c) = srq_server(&pd);
+    let (mut server, mut client, s, c) = support::srq_server_and_client(&pd, 4, MSG);
     let reply = Local::range(buf(&pd, 0), 0, MSG)
         .map_err(|(e, _)| e)
         .unwrap();
@@ -136,24 +136,6 @@ const REQUESTS: u64 = 300;
 /// What the server XORs into a request's number to answer it.
 const MARK: u64 = 0xA5A5_0000_0000_5A5A;
 
-/// Receives in the server's shared receive queue.
-const SRQ_DEPTH: u32 = 4;
-
-/// A server engine with a shared receive queue of `SRQ_DEPTH`, filled,
-/// and a client engine connected to it: (server, client, the server's
-/// queue pair, the client's).
-fn srq_server(pd: &ProtectionDomain) -> (Engine<MemoryRegion>, Engine<MemoryRegion>, QpId, QpId) {
-    let config = support::shallow_config();
-    let (mut server, client, s, c) = support::srq_server_and_client(pd, SRQ_DEPTH, &config);
-    for _ in 0..SRQ_DEPTH {
-        server
-            .post_srq_recv(RecvRequest::new(buf(pd, 0)))
-            .map_err(|e| e.error)
-            .unwrap();
-    }
-    (server, client, s, c)
-}
-
 /// Request `n`: its number, then `n as u8` to the end.
 fn message(buf: &mut MemoryRegion, n: u64) {
     buf.write_at(0, &n.to_le_bytes()).unwrap();
@@ -169,7 +151,7 @@ fn message(buf: &mut MemoryRegion, n: u64) {
 fn a_server_reads_each_request_in_its_slot_and_posts_it_again_there() {
     let ctx = support::test_context("a_server_reads_each_request_in_its_slot");
     let pd = ProtectionDomain::new(&ctx).unwrap();
-    let (mut server, mut client, _, c) = srq_server(&pd);
+    let (mut server, mut client, _, c) = support::srq_server_and_client(&pd, 4, MSG);
     for _ in 0..IN_FLIGHT {
         client
             .post_recv(c, RecvRequest::new(buf(&pd, 0)))

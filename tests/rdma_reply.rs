@@ -43,15 +43,7 @@ fn msg(pd: &ProtectionDomain, byte: u8) -> SendRequest<MemoryRegion> {
 fn a_server_replies_and_refills_its_receives_from_its_poll_callback() {
     let ctx = support::test_context("a_server_replies_from_its_poll_callback");
     let pd = ProtectionDomain::new(&ctx).unwrap();
-    let (mut server, mut client, s, c) =
-        support::srq_server_and_client::<MemoryRegion>(&pd, 4, &support::shallow_config());
-    for _ in 0..4 {
-        let buf = MemoryRegion::new(&pd, MSG).unwrap();
-        server
-            .post_srq_recv(RecvRequest::new(buf))
-            .map_err(|e| e.error)
-            .unwrap();
-    }
+    let (mut server, mut client, s, c) = support::srq_server_and_client(&pd, 4, MSG);
     client
         .post_recv(c, RecvRequest::new(MemoryRegion::new(&pd, MSG).unwrap()))
         .map_err(|e| e.error)

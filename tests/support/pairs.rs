@@ -4,7 +4,10 @@
 //! and one thread (a listener on the device's address, a connect to it,
 //! both engines' events read until both sides are ESTABLISHED).
 
-use verbs::{Engine, EngineConfig, NicBuf, ProtectionDomain, QpConfig, QpId, QueuePair, SrqConfig};
+use verbs::{
+    Engine, EngineConfig, MemoryRegion, NicBuf, ProtectionDomain, QpConfig, QpId, QueuePair,
+    RecvRequest, SrqConfig,
+};
 
 use super::is_iwarp;
 
@@ -28,14 +31,15 @@ pub fn engine_pairs<B: NicBuf>(
     (qa, qb)
 }
 
-/// A server engine with a shared receive queue of `srq_depth` (one
-/// buffer per receive) and a client engine, one queue pair each, connected:
-/// (server, client, the server's queue pair, the client's).
-pub fn srq_server_and_client<B: NicBuf>(
+/// A server engine with a shared receive queue of `srq_depth`, filled with
+/// receives of `msg`-byte buffers, and a client engine, one queue pair
+/// each (`shallow_config`), connected: (server, client, the server's queue
+/// pair, the client's).
+pub fn srq_server_and_client(
     pd: &ProtectionDomain,
     srq_depth: u32,
-    config: &QpConfig,
-) -> (Engine<B>, Engine<B>, QpId, QpId) {
+    msg: usize,
+) -> (Engine<MemoryRegion>, Engine<MemoryRegion>, QpId, QpId) {
     let with_srq = EngineConfig {
         cq_depth: Some(64),
         srq: Some(SrqConfig {
@@ -46,7 +50,14 @@ pub fn srq_server_and_client<B: NicBuf>(
     };
     let mut server = Engine::new(pd, &with_srq).unwrap();
     let mut client = Engine::new(pd, &EngineConfig::default()).unwrap();
-    let (s, c) = engine_pairs(&mut server, &mut client, config, 1);
+    let (s, c) = engine_pairs(&mut server, &mut client, &super::shallow_config(), 1);
+    for _ in 0..srq_depth {
+        let buf = MemoryRegion::new(pd, msg).unwrap();
+        server
+            .post_srq_recv(RecvRequest::new(buf))
+            .map_err(|e| e.error)
+            .unwrap();
+    }
     (server, client, s[0], c[0])
 }
 
