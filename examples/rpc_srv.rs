@@ -1,11 +1,11 @@
 //! A request/response server's loop, as a service writes it with this
 //! crate: an `Engine` with a shared receive queue, one RC queue pair on it,
 //! a ring of prepared replies on that queue pair (registered and checked
-//! once, as a C server keeps its reply buffers), and a poll callback that
-//! answers each request from inside the poll, reading the request where
-//! it landed (`CompletionRef::buf`), and posts the receive again in place
-//! (`repost_recv`: the same slot, buffer and entry, as a C server posts
-//! its `ibv_recv_wr` again).
+//! once, as a C server keeps its reply buffers), and a shared-receive lane
+//! (`Engine::srq_lane`) that holds the queue pair while the loop runs:
+//! each request is read where it landed, answered from the next reply in
+//! the ring and posted again in its slot (the same buffer and entries, as
+//! a C server posts its `ibv_recv_wr` again).
 //! `tests/softroce/critpath rpc_srv` counts its loop per request against
 //! `tests/softroce/rpc_srv.c`, the same loop in C with the same verbs;
 //! that program's client role drives both (28 bytes each way over TCP:
@@ -16,21 +16,22 @@
 //! ```
 //!
 //! Per request: the receive's completion, its 8-byte id copied into the
-//! next prepared reply (`write_prepared`: refused while that reply's last
-//! post is in flight), the reply posted unreported (the engine asks for a
-//! completion every half queue, which covers the ones before it, and hands
-//! back a reply only if it fails, as a C server's unsignaled reply), the
-//! receive posted again in its slot. A reply built per request instead
-//! (`CompletionRef::reply` with a `SendRequest`, as `examples/rpc` does
-//! for replies of any size on any of its queue pairs) costs more: its
-//! buffer moves into the engine and back (docs/PERF.md).
+//! next reply (`SrqLane::reply`: refused while the send queue is full,
+//! which is also when that reply's last post could still be in flight),
+//! the reply posted unsignaled (the lane asks for a completion every half
+//! queue, which covers the ones before it), the receive posted again in
+//! its slot. A server with many queue pairs on one shared receive queue
+//! answers from the poll's callback instead (`CompletionRef::buf`,
+//! `Poster::write_prepared`, `post_prepared_unreported`, `repost_recv`),
+//! or with a reply built per request (`CompletionRef::reply`, as
+//! `examples/rpc` does): each costs more per request (docs/PERF.md).
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
 
 use verbs::{
-    Arena, ArenaBuf, ArenaConfig, Context, Endpoint, Engine, EngineConfig, Error, Gid, HostBuf,
-    Mtu, PreparedSend, ProtectionDomain, QpConfig, RecvRequest, SendOp, SendRequest, SrqConfig,
+    Arena, ArenaBuf, ArenaConfig, Context, Endpoint, Engine, EngineConfig, Error, Gid, Mtu,
+    PreparedSend, ProtectionDomain, QpConfig, Queue, RecvRequest, SendOp, SendRequest, SrqConfig,
 };
 
 const MSG: usize = 32;
@@ -83,14 +84,12 @@ fn main() -> Result<(), Error> {
             .post_srq_recv(RecvRequest::new(arena.alloc(MSG)?))
             .map_err(|e| e.error)?;
     }
-    // SEND_DEPTH replies, a power of two: reply `i % SEND_DEPTH` is
-    // reused once the signaled post half a queue after it has completed.
+    // One reply per post the send queue holds: the lane uses them in turn.
     let mut ring: Vec<PreparedSend> = Vec::with_capacity(SEND_DEPTH);
     for _ in 0..SEND_DEPTH {
         let reply = SendRequest::new(SendOp::Send, arena.alloc(MSG)?);
         ring.push(engine.prepare_send(qp, reply).map_err(|e| e.error)?);
     }
-    let ring: [PreparedSend; SEND_DEPTH] = ring.try_into().expect("SEND_DEPTH replies");
 
     // The endpoint exchange (rpc_srv.c's wire): the client's, then ours
     // once our queue pair is ready for its first request.
@@ -118,40 +117,28 @@ fn main() -> Result<(), Error> {
     reply[12..].copy_from_slice(&<[u8; 16]>::from(ours.gid));
     stream.write_all(&reply).unwrap_or_else(io);
 
+    // The loop: a lane holds the queue pair and answers from the ring.
+    let mut lane = engine.srq_lane(&ring)?;
     let mut replies = 0u64;
     let mut failed = None;
     while replies < n {
-        engine.poll(|mut c| {
+        let request = lane.poll(Queue::Send, |c| {
+            // Not the lane's: a failed receive, or another queue pair's.
             if let Err(e) = c.result() {
-                failed.get_or_insert(e);
-                return;
-            }
-            // A reply is handed back only if it failed (above).
-            if !c.is_recv() {
-                return;
-            }
-            let reply = ring[replies as usize % SEND_DEPTH];
-            let mut id = [0u8; 8];
-            let read = match c.buf() {
-                Some(buf) => buf.read_at(0, &mut id),
-                None => return,
-            };
-            let mut post = c.poster();
-            let answered = read
-                .and_then(|()| post.write_prepared(reply, 0, &id))
-                .and_then(|()| post.post_prepared_unreported(reply));
-            if let Err(e) = answered {
-                failed.get_or_insert(e);
-                return;
-            }
-            replies += 1;
-            if let Err(e) = c.repost_recv() {
                 failed.get_or_insert(e);
             }
         })?;
         if let Some(e) = failed {
             return Err(e);
         }
+        if request.is_none() {
+            continue;
+        }
+        let mut id = [0u8; 8];
+        lane.read_request(0, &mut id)?;
+        lane.reply(0, &id)?;
+        lane.repost_request()?;
+        replies += 1;
     }
     Ok(())
 }

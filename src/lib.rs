@@ -62,7 +62,7 @@ pub use engine::{
     AhId, Completion, CompletionRef, ConnectOptions, Engine, EngineConfig, EngineCounters,
     Exposing, KeepaliveTable, Lane, LanePoll, PathInfo, PortCounters, PostError, Poster, Prepared,
     PreparedHandle, PreparedRecv, PreparedSend, QpAttributes, QpConfig, QpCounters, QpId, QpState,
-    Queue, RawSend, SrqConfig, Transport, UdDest, DEFAULT_QKEY, MAX_CHAIN, RAW_ID_LIMIT,
+    Queue, RawSend, SrqConfig, SrqLane, Transport, UdDest, DEFAULT_QKEY, MAX_CHAIN, RAW_ID_LIMIT,
     STATUS_SLOTS,
 };
 pub use error::{Error, ErrorKind};

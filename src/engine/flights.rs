@@ -454,20 +454,19 @@ impl<B> Flights<B> {
         ring.last = NONE;
     }
 
-    /// Gives each request `ring` counts in flight an entry naming prepared
-    /// request `prepared` at `generation`, with its tag and opcode: a
-    /// lane's posts, which only counted, handed back to the engine. The
-    /// caller made the room available (`unreserve`).
+    /// Gives each request `ring` counts in flight an entry naming the
+    /// prepared request `post(seq)` says (its tag, opcode, index and
+    /// generation): a lane's posts, which only counted, handed back to the
+    /// engine. The caller made the room available (`unreserve`).
     pub(crate) fn adopt(
         &mut self,
         ring: &mut Ring,
-        tag: u64,
-        opcode: WcOpcode,
-        prepared: u32,
-        generation: u32,
+        mut post: impl FnMut(u64) -> (u64, WcOpcode, u32, u32),
     ) {
         debug_assert!(ring.first == NONE);
-        for _ in 0..ring.len() {
+        let head = ring.next_seq() - ring.len();
+        for seq in head..ring.next_seq() {
+            let (tag, opcode, prepared, generation) = post(seq);
             let e = self.fill(tag, opcode, prepared, generation);
             self.link(ring, e);
         }

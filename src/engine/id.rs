@@ -97,6 +97,25 @@ pub(crate) const fn seq_in(id: u64, base: u64) -> Option<u64> {
     }
 }
 
+/// The slot and generation of a shared-receive-queue id; `None` for any
+/// other kind.
+#[inline(always)]
+pub(crate) const fn srq_in(id: u64) -> Option<(u32, u64)> {
+    if id >> KIND_SHIFT == KIND_SRQ {
+        Some(srq_parts(id))
+    } else {
+        None
+    }
+}
+
+#[inline(always)]
+const fn srq_parts(id: u64) -> (u32, u64) {
+    (
+        ((id >> GEN_BITS) & (MAX_SRQ_SLOTS as u64 - 1)) as u32,
+        id & GEN_MASK,
+    )
+}
+
 /// What `id` names.
 #[inline(always)]
 pub(crate) const fn decode(id: u64) -> WrId {
@@ -106,10 +125,10 @@ pub(crate) const fn decode(id: u64) -> WrId {
             qp: ((id >> SEQ_BITS) & (MAX_QPS as u64 - 1)) as u32,
             seq: id & SEQ_MASK,
         },
-        KIND_SRQ => WrId::Srq {
-            slot: ((id >> GEN_BITS) & (MAX_SRQ_SLOTS as u64 - 1)) as u32,
-            generation: id & GEN_MASK,
-        },
+        KIND_SRQ => {
+            let (slot, generation) = srq_parts(id);
+            WrId::Srq { slot, generation }
+        }
         _ => WrId::Raw(id & (RAW_ID_LIMIT - 1)),
     }
 }
@@ -156,6 +175,9 @@ mod tests {
                 assert_eq!(seq_in(ring(!recv, qp, seq), base), None);
                 assert_eq!(seq_in(ring(recv, qp ^ 1, seq), base), None);
                 assert_eq!(seq_in(srq(qp, seq), base), None);
+                assert_eq!(srq_in(ring(recv, qp, seq)), None);
+                assert_eq!(srq_in(raw(seq)), None);
+                assert_eq!(srq_in(srq(qp, seq)), Some((qp, seq & GEN_MASK)));
                 assert_eq!(seq_in(raw(seq), base), None);
             }
         }

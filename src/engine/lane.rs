@@ -36,6 +36,7 @@ use super::id::{self, WrId};
 use super::prepared::rebuilt;
 use super::prepared_table::{gone, PreparedRecv, PreparedSend, NEVER};
 use super::qp_slot::{signal_decision, QpId, QpSlot, QpState};
+use super::slot_back::SlotBack;
 
 /// What one [`Lane::poll`] completed of the lane's (others go to its
 /// callback). Two words, each its own register where the poll is inlined
@@ -301,8 +302,8 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
                 return self.own(recv, seq, wc);
             }
         }
-        let back = SlotBack::new(self);
-        back.lane.engine.route(core::slice::from_ref(wc), on_other);
+        let back = SlotBack::new(self.engine, &mut self.slot, self.qp);
+        back.engine.route(core::slice::from_ref(wc), on_other);
         drop(back);
         Ok(())
     }
@@ -395,33 +396,5 @@ impl<B: NicBuf, P: Provider> Drop for Lane<'_, B, P> {
             recv.last_post = latest(&slot.recv);
             recv.sgl = core::mem::take(&mut self.recv_sgl);
         }
-    }
-}
-
-/// The lane's slot put back into its engine while the router runs (it may
-/// route the queue pair's shared or raw completions, or the engine's
-/// receives of a lane without one), posts on it refused meanwhile (a
-/// callback's post would mix a request with entries into the lane's
-/// queues, which keep none), and taken out again when this is dropped,
-/// even if the caller's callback panics.
-struct SlotBack<'l, 'e, B: NicBuf, P: Provider> {
-    lane: &'l mut Lane<'e, B, P>,
-}
-
-impl<'l, 'e, B: NicBuf, P: Provider> SlotBack<'l, 'e, B, P> {
-    fn new(lane: &'l mut Lane<'e, B, P>) -> Self {
-        core::mem::swap(&mut lane.slot, &mut lane.engine.qps[lane.qp as usize]);
-        let slot = &mut lane.engine.qps[lane.qp as usize];
-        (slot.send_room, slot.recv_room) = (0, 0);
-        SlotBack { lane }
-    }
-}
-
-impl<B: NicBuf, P: Provider> Drop for SlotBack<'_, '_, B, P> {
-    fn drop(&mut self) {
-        let lane = &mut *self.lane;
-        core::mem::swap(&mut lane.slot, &mut lane.engine.qps[lane.qp as usize]);
-        // The rooms its state allows (the router may have moved it to ERR).
-        lane.slot.set_state(lane.slot.state);
     }
 }

@@ -110,16 +110,12 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             self.flights[s].unreserve(*n);
         }
         let e = &self.prepared.sends[send.index as usize];
-        self.flights[0].adopt(&mut slot.send, e.tag, e.opcode, send.index, send.key as u32);
+        let post = (e.tag, e.opcode, send.index, send.key as u32);
+        self.flights[0].adopt(&mut slot.send, |_| post);
         if let Some(r) = recv {
             let e = &self.prepared.recvs[r.index as usize];
-            self.flights[self.recv_side].adopt(
-                &mut slot.recv,
-                e.tag,
-                e.opcode,
-                r.index,
-                r.key as u32,
-            );
+            let post = (e.tag, e.opcode, r.index, r.key as u32);
+            self.flights[self.recv_side].adopt(&mut slot.recv, |_| post);
         }
     }
 }

@@ -50,7 +50,9 @@ mod ring;
 mod setup;
 #[cfg(test)]
 pub(crate) mod sim;
+mod slot_back;
 mod srq;
+mod srq_lane;
 mod ud;
 
 pub use ah_table::AhId;
@@ -75,6 +77,7 @@ pub use post::PostError;
 pub use poster::Poster;
 pub use prepared_table::{Prepared, PreparedHandle, PreparedRecv, PreparedSend};
 pub use qp_slot::{QpId, QpState};
+pub use srq_lane::SrqLane;
 pub use ud::UdDest;
 
 // An engine, and so a `QueuePair`, moves to another thread with its

@@ -161,16 +161,13 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// Posts the shared receive lent to the running callback again, in
     /// its slot. Refused when none is lent (posted again already, or taken
     /// out); on a refusal by the device it stays lent.
-    #[inline]
-    fn repost_lent_srq(&mut self) -> Result<(), Error> {
-        let Some((handle, slot, wr_id)) = self.srq.as_mut().and_then(|s| s.lent_for_repost())
-        else {
-            return Err(not_lent());
-        };
+    #[inline(always)]
+    pub(super) fn repost_lent_srq(&mut self) -> Result<(), Error> {
+        let srq = self.srq.as_mut().ok_or_else(not_lent)?;
+        let (handle, slot, wr_id) = srq.lent_for_repost().ok_or_else(not_lent)?;
         doorbell::srq_repost(&mut self.prov, handle, slot, wr_id)?;
-        if let Some(s) = self.srq.as_mut() {
-            s.reposted();
-        }
+        slot.reposted();
+        srq.unlend();
         Ok(())
     }
 }

@@ -44,6 +44,14 @@ pub(crate) struct SrqSlot<B> {
     state: State,
 }
 
+impl<B> SrqSlot<B> {
+    /// The lent slot was posted again in place (then `SrqSlots::unlend`).
+    #[inline(always)]
+    pub(crate) fn reposted(&mut self) {
+        self.state = State::Posted;
+    }
+}
+
 /// The shared receive queue's handle and slots. `S` is the provider's handle.
 pub(crate) struct SrqSlots<B, S> {
     pub(crate) srq: S,
@@ -126,14 +134,17 @@ impl<B, S> SrqSlots<B, S> {
 
     /// Completes the receive a completion names: its slot lent (its
     /// generation moves on), its buffers staying there; its tag. `None`
-    /// for an id that names no posted receive.
-    #[inline]
+    /// for an id that names no posted receive. A slot still lent from
+    /// before (a shared-receive lane's request not posted again, even by
+    /// a lane forgotten since) is released first.
+    #[inline(always)]
     pub(crate) fn lend(&mut self, slot: u32, generation: u64) -> Option<u64> {
-        let s = self.slots.get_mut(slot as usize)?;
+        let s = self.slots.get(slot as usize)?;
         if s.state != State::Posted || s.generation != generation {
             return None;
         }
-        debug_assert_eq!(self.lent, NONE, "one callback at a time");
+        self.release_lent();
+        let s = &mut self.slots[slot as usize];
         s.state = State::Lent;
         s.generation = (s.generation + 1) & GEN_MASK;
         self.lent = slot;
@@ -147,8 +158,9 @@ impl<B, S> SrqSlots<B, S> {
     }
 
     /// The queue's handle, the lent slot and its id at its new
-    /// generation, to post it again in place (then `reposted`).
-    #[inline]
+    /// generation, to post it again in place (then `SrqSlot::reposted`
+    /// and `SrqSlots::unlend`).
+    #[inline(always)]
     pub(crate) fn lent_for_repost(&mut self) -> Option<(&S, &mut SrqSlot<B>, u64)> {
         let slot = self.lent;
         let s = self.slots.get_mut(slot as usize)?;
@@ -156,12 +168,9 @@ impl<B, S> SrqSlots<B, S> {
         Some((&self.srq, s, wr_id))
     }
 
-    /// The lent slot was posted again: no longer lent.
-    #[inline]
-    pub(crate) fn reposted(&mut self) {
-        if let Some(s) = self.slots.get_mut(self.lent as usize) {
-            s.state = State::Posted;
-        }
+    /// The lent slot was posted again (`SrqSlot::reposted`): none is lent.
+    #[inline(always)]
+    pub(crate) fn unlend(&mut self) {
         self.lent = NONE;
     }
 

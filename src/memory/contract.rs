@@ -49,7 +49,7 @@ pub unsafe trait HostBuf: NicBuf {
     fn peer_writable(&self) -> bool;
 
     /// Copies `src` into the buffer at `offset`.
-    #[inline]
+    #[inline(always)]
     fn write_at(&mut self, offset: usize, src: &[u8]) -> Result<(), Error> {
         check_range(offset, src.len(), self.len())?;
         // SAFETY: the range lies in the buffer, whose memory is CPU-valid and
@@ -60,7 +60,7 @@ pub unsafe trait HostBuf: NicBuf {
     }
 
     /// Copies from the buffer at `offset` into `dst`.
-    #[inline]
+    #[inline(always)]
     fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
         check_range(offset, dst.len(), self.len())?;
         // SAFETY: as in `write_at`; reads only.
@@ -120,7 +120,7 @@ fn local_only(peer_writable: bool) -> Result<(), Error> {
 /// # Safety
 ///
 /// `src` must be valid for reads of `dst.len()` bytes.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
     core::sync::atomic::fence(core::sync::atomic::Ordering::Acquire);
     let mut i = 0;
@@ -149,7 +149,7 @@ pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
 /// # Safety
 ///
 /// `dst` must be valid for writes of `src.len()` bytes.
-#[inline]
+#[inline(always)]
 pub(crate) unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
     let mut i = 0;
     while i < src.len() && (dst as usize + i) % 8 != 0 {

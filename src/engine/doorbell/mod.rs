@@ -41,6 +41,7 @@ mod lane_wr;
 mod prepared_wr;
 mod provider;
 mod raw_send;
+mod reply_wrs;
 mod ud;
 
 use crate::error::{site, Error};
@@ -62,6 +63,7 @@ pub(crate) use prepared_wr::PreparedWr;
 pub use provider::{Provider, Verbs};
 pub(crate) use raw_send::send_raw;
 pub use raw_send::RawSend;
+pub(crate) use reply_wrs::ReplyWrs;
 pub(crate) use ud::{send_ud, UdTarget};
 
 /// One send of the caller's: its operation and buffers, and how to post it.

@@ -43,6 +43,7 @@ mod run;
 pub(crate) mod seam;
 #[cfg(test)]
 mod srq_in_place;
+mod srq_lane;
 pub(crate) mod stub;
 mod window;
 
