@@ -1,0 +1,179 @@
+//! A shared-receive lane (`Engine::srq_lane`) on a real device: a server
+//! that reads each request where it landed, answers from a ring of
+//! prepared replies and posts the receive again in its slot, request
+//! after request; and a reply refused while the send queue is full, its
+//! buffer (the NIC may still be reading it) untouched.
+
+mod support;
+
+use verbs::{
+    ErrorKind, HostBuf, MemoryRegion, PreparedSend, ProtectionDomain, Queue, RecvRequest, SendOp,
+    SendRequest,
+};
+
+const MSG: usize = 64;
+const SRQ_DEPTH: u32 = 4;
+const REQUESTS: u64 = 300;
+const IN_FLIGHT: u64 = 3;
+const MARK: u64 = 0x5eed_0000_0000_0000;
+
+fn buf(pd: &ProtectionDomain) -> MemoryRegion {
+    MemoryRegion::new(pd, MSG).unwrap()
+}
+
+/// As many replies as the server's send queue holds (`shallow_config`).
+fn replies(
+    pd: &ProtectionDomain,
+    server: &mut verbs::Engine<MemoryRegion>,
+    qp: verbs::QpId,
+) -> Vec<PreparedSend> {
+    let depth = support::shallow_config().max_send_wr;
+    (0..depth)
+        .map(|_| {
+            let req = SendRequest::new(SendOp::Send, buf(pd));
+            server.prepare_send(qp, req).map_err(|e| e.error).unwrap()
+        })
+        .collect()
+}
+
+/// The client sends numbered requests, a few in flight; the lane answers
+/// each with its number marked and its bytes, and posts its receive
+/// again. Every reply matches its request, in order, and the shared
+/// receive queue keeps its depth.
+#[test]
+fn a_lane_answers_every_request_and_posts_each_receive_again() {
+    let ctx = support::test_context("a_lane_answers_every_request");
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let (mut server, mut client, s, c) = support::srq_server_and_client(&pd, SRQ_DEPTH, MSG);
+    let ring = replies(&pd, &mut server, s);
+    for _ in 0..IN_FLIGHT {
+        client
+            .post_recv(c, RecvRequest::new(buf(&pd)))
+            .map_err(|e| e.error)
+            .unwrap();
+    }
+    let mut lane = server.srq_lane(&ring).unwrap();
+    assert_eq!(lane.qp(), s);
+    let (mut sent, mut received, mut answered) = (0u64, 0u64, 0u64);
+    let mut requests = Vec::new();
+    let deadline = support::deadline();
+    while received < REQUESTS {
+        assert!(!deadline.passed(), "{received} replies of {REQUESTS}");
+        while sent < REQUESTS && sent < received + IN_FLIGHT {
+            let mut request = requests.pop().unwrap_or_else(|| buf(&pd));
+            request.write_at(0, &sent.to_le_bytes()).unwrap();
+            request.write_at(8, &[sent as u8; MSG - 8]).unwrap();
+            client
+                .post_send(c, SendRequest::new(SendOp::Send, request))
+                .map_err(|e| e.error)
+                .unwrap();
+            sent += 1;
+        }
+        let got = lane
+            .poll(Queue::Send, |c| panic!("not the lane's: {:?}", c.result()))
+            .unwrap();
+        if let Some(len) = got {
+            assert!(len as usize >= MSG, "a request of {len} bytes");
+            let mut request = [0u8; MSG];
+            lane.read_request(0, &mut request).unwrap();
+            let n = u64::from_le_bytes(request[..8].try_into().unwrap());
+            assert_eq!(n, answered, "requests in order");
+            request[..8].copy_from_slice(&(n ^ MARK).to_le_bytes());
+            lane.reply(0, &request).unwrap();
+            lane.repost_request().unwrap();
+            if answered == 0 {
+                let mut again = [0u8; 8];
+                let read = lane.read_request(0, &mut again).unwrap_err();
+                assert_eq!(
+                    read.kind(),
+                    ErrorKind::InvalidArgument,
+                    "read once posted again"
+                );
+                lane.repost_request()
+                    .expect_err("a request posted again twice");
+            }
+            answered += 1;
+        }
+        client
+            .poll(|mut done| {
+                done.result().unwrap();
+                if !done.is_recv() {
+                    requests.extend(done.take_buf());
+                    return;
+                }
+                let mut got = [0u8; MSG];
+                done.buf().unwrap().read_at(0, &mut got).unwrap();
+                let n = u64::from_le_bytes(got[..8].try_into().unwrap());
+                assert_eq!(n ^ MARK, received, "reply {received}");
+                assert_eq!(got[8..], [received as u8; MSG - 8], "reply {received}");
+                received += 1;
+                done.repost_recv().unwrap();
+            })
+            .unwrap();
+    }
+    assert_eq!(answered, REQUESTS);
+    drop(lane);
+    assert_eq!(server.srq_posted(), SRQ_DEPTH as usize);
+}
+
+/// With the send queue full (the lane has seen no completion yet), the
+/// next reply would reuse the first reply's buffer: refused, and the
+/// first reply arrives with what was written for it.
+#[test]
+fn a_reply_is_refused_while_the_send_queue_is_full_and_its_buffer_left_alone() {
+    let ctx = support::test_context("a_reply_is_refused_while_the_send_queue_is_full");
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let (mut server, mut client, s, c) = support::srq_server_and_client(&pd, SRQ_DEPTH, MSG);
+    let ring = replies(&pd, &mut server, s);
+    let depth = ring.len() as u64;
+    for _ in 0..depth {
+        client
+            .post_recv(c, RecvRequest::new(buf(&pd)))
+            .map_err(|e| e.error)
+            .unwrap();
+    }
+    let mut lane = server.srq_lane(&ring).unwrap();
+    for k in 0..depth {
+        lane.reply(0, &[k as u8 + 1; MSG]).unwrap();
+    }
+    let full = lane.reply(0, &[0xEE; MSG]).unwrap_err();
+    assert_eq!(full.kind(), ErrorKind::QueueFull);
+    let mut got = Vec::new();
+    let deadline = support::deadline();
+    while (got.len() as u64) < depth {
+        assert!(!deadline.passed(), "{} replies of {depth}", got.len());
+        client
+            .poll(|done| {
+                done.result().unwrap();
+                let mut first = [0u8; MSG];
+                done.buf().unwrap().read_at(0, &mut first).unwrap();
+                got.push(first[0]);
+            })
+            .unwrap();
+    }
+    let expected: Vec<u8> = (1..=depth as u8).collect();
+    assert_eq!(got, expected, "a reply's buffer written while in flight");
+    // Once the lane has seen the completions, the ring turns over.
+    client
+        .post_recv(c, RecvRequest::new(buf(&pd)))
+        .map_err(|e| e.error)
+        .unwrap();
+    while lane.reply(0, &[0x77; MSG]).is_err() {
+        assert!(!deadline.passed(), "no reply completion came back");
+        lane.poll(Queue::Send, |c| panic!("not the lane's: {:?}", c.result()))
+            .unwrap();
+    }
+    let mut last = None;
+    while last.is_none() {
+        assert!(!deadline.passed(), "the last reply did not arrive");
+        client
+            .poll(|done| {
+                done.result().unwrap();
+                let mut first = [0u8; 1];
+                done.buf().unwrap().read_at(0, &mut first).unwrap();
+                last = Some(first[0]);
+            })
+            .unwrap();
+    }
+    assert_eq!(last, Some(0x77));
+}
