@@ -125,10 +125,10 @@ pub(crate) const fn decode(id: u64) -> WrId {
             qp: ((id >> SEQ_BITS) & (MAX_QPS as u64 - 1)) as u32,
             seq: id & SEQ_MASK,
         },
-        KIND_SRQ => {
-            let (slot, generation) = srq_parts(id);
-            WrId::Srq { slot, generation }
-        }
+        KIND_SRQ => WrId::Srq {
+            slot: ((id >> GEN_BITS) & (MAX_SRQ_SLOTS as u64 - 1)) as u32,
+            generation: id & GEN_MASK,
+        },
         _ => WrId::Raw(id & (RAW_ID_LIMIT - 1)),
     }
 }

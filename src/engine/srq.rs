@@ -134,14 +134,11 @@ impl<B, S> SrqSlots<B, S> {
 
     /// Completes the receive a completion names: its slot lent (its
     /// generation moves on), its buffers staying there; its tag. `None`
-    /// for an id that names no posted receive. A slot still lent from
-    /// before (a shared-receive lane's request not posted again, even by
-    /// a lane forgotten since) is released once this one is lent.
-    #[inline(always)]
+    /// for an id that names no posted receive. A slot still lent (by a
+    /// shared-receive lane forgotten since) stays lent for good: leaked,
+    /// with its buffers.
+    #[inline]
     pub(crate) fn lend(&mut self, slot: u32, generation: u64) -> Option<u64> {
-        if self.lent != NONE {
-            return self.lend_releasing(slot, generation);
-        }
         let s = self.slots.get_mut(slot as usize)?;
         if s.state != State::Posted || s.generation != generation {
             return None;
@@ -150,19 +147,6 @@ impl<B, S> SrqSlots<B, S> {
         s.generation = (s.generation + 1) & GEN_MASK;
         self.lent = slot;
         Some(s.tag)
-    }
-
-    /// [`SrqSlots::lend`] while another slot is lent: that one is released
-    /// (dropped, the slot free) only if this id names a posted receive.
-    #[cold]
-    #[inline(never)]
-    fn lend_releasing(&mut self, slot: u32, generation: u64) -> Option<u64> {
-        let s = self.slots.get(slot as usize)?;
-        if s.state != State::Posted || s.generation != generation {
-            return None;
-        }
-        self.release_lent_slot();
-        self.lend(slot, generation)
     }
 
     /// The first buffer of the lent slot, if one is lent.

@@ -14,7 +14,8 @@
 //! A request is a shared receive of the lane's queue pair that completed
 //! successfully: its slot is lent to the lane (no longer posted, so no
 //! peer writes it), read by copy, and posted again in place; a request
-//! not posted again is dropped when the next one is lent. Every other
+//! not posted again by the next poll is dropped there (the device is done
+//! with it). Every other
 //! completion goes through the engine's router to the poll's callback.
 //! Dropped, the lane gives each reply still in flight an entry again;
 //! forgotten, it leaks the queue pair, its reservation and the replies'
@@ -191,8 +192,8 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
     /// Takes at most one entry off `queue`'s completion queue (as
     /// [`Engine::poll_queue`]). A request of the lane's comes back as
     /// `Some` with its length, lent to the lane (read it with
-    /// [`SrqLane::read_request`]) until it is posted again or the next
-    /// one comes; a reply's completion is counted; a failed reply moves
+    /// [`SrqLane::read_request`]) until it is posted again
+    /// ([`SrqLane::repost_request`]) or the next poll, which drops it; a reply's completion is counted; a failed reply moves
     /// the queue pair to ERR and comes back as the error. Anything else,
     /// a failed receive included, is handed to `on_other` with its
     /// buffers, as [`Engine::poll`] hands it.
@@ -203,6 +204,11 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
         mut on_other: impl FnMut(CompletionRef<'_, B, P>),
     ) -> Result<Option<u32>, Error> {
         let e = &mut *self.engine;
+        let Some(srq) = e.srq.as_mut() else {
+            return Ok(None);
+        };
+        // The last request, if not posted again, is dropped.
+        srq.release_lent();
         let cq = match (queue, &e.recv_cq) {
             (Queue::Send, _) => &e.cq,
             (Queue::Recv, Some(cq)) => cq,
@@ -215,11 +221,9 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
         // The lane's queue pair number and SUCCESS, in one test.
         if (wc.qp_num ^ self.slot.qp_num) | (wc.status.0 ^ WcStatus::SUCCESS.0) == 0 {
             if let Some((slot, generation)) = id::srq_in(wc.wr_id) {
-                if let Some(srq) = e.srq.as_mut() {
-                    if srq.lend(slot, generation).is_some() {
-                        self.slot.tally.srq_recvs += 1;
-                        return Ok(Some(wc.byte_len));
-                    }
+                if srq.lend(slot, generation).is_some() {
+                    self.slot.tally.srq_recvs += 1;
+                    return Ok(Some(wc.byte_len));
                 }
             } else if let Some(seq) = id::seq_in(wc.wr_id, self.send_ids) {
                 self.slot.send.retire_filled(seq);
@@ -366,6 +370,9 @@ impl<B: NicBuf, P: Provider> Drop for SrqLane<'_, B, P> {
     /// loan, a copy or a release checks).
     fn drop(&mut self) {
         let e = &mut *self.engine;
+        if let Some(srq) = e.srq.as_mut() {
+            srq.release_lent();
+        }
         e.flights[0].unreserve(self.reserved);
         let (replies, sends) = (&self.replies, &e.prepared.sends);
         let (tail, next) = (self.slot.send.next_seq(), self.next);

@@ -115,13 +115,33 @@ fn local_only(peer_writable: bool) -> Result<(), Error> {
 }
 
 /// Copies from memory a NIC may be writing into `dst`, with volatile
-/// reads so the compiler assumes nothing about the source.
+/// reads so the compiler assumes nothing about the source: one aligned
+/// word inline (an id, a counter), anything else out of line.
 ///
 /// # Safety
 ///
 /// `src` must be valid for reads of `dst.len()` bytes.
 #[inline(always)]
 pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
+    if let Ok(out) = <&mut [u8; 8]>::try_from(&mut *dst) {
+        if (src as usize) % 8 == 0 {
+            core::sync::atomic::fence(core::sync::atomic::Ordering::Acquire);
+            // SAFETY: 8 bytes, valid for reads (the caller), aligned.
+            *out = unsafe { src.cast::<u64>().read_volatile() }.to_ne_bytes();
+            return;
+        }
+    }
+    // SAFETY: the caller's contract, passed on.
+    unsafe { volatile_copy_out_any(src, dst) }
+}
+
+/// [`volatile_copy_out`] of any length and alignment.
+///
+/// # Safety
+///
+/// As [`volatile_copy_out`].
+#[inline]
+unsafe fn volatile_copy_out_any(src: *const u8, dst: &mut [u8]) {
     core::sync::atomic::fence(core::sync::atomic::Ordering::Acquire);
     let mut i = 0;
     // Word-sized where the source is aligned, for speed on large copies.
@@ -144,13 +164,32 @@ pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
 }
 
 /// Copies `src` into memory a NIC may be reading or writing, with
-/// volatile writes.
+/// volatile writes: one aligned word inline, anything else out of line.
 ///
 /// # Safety
 ///
 /// `dst` must be valid for writes of `src.len()` bytes.
 #[inline(always)]
 pub(crate) unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
+    if let Ok(w) = <[u8; 8]>::try_from(src) {
+        if (dst as usize) % 8 == 0 {
+            // SAFETY: 8 bytes, valid for writes (the caller), aligned.
+            unsafe { dst.cast::<u64>().write_volatile(u64::from_ne_bytes(w)) };
+            core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
+            return;
+        }
+    }
+    // SAFETY: the caller's contract, passed on.
+    unsafe { volatile_copy_in_any(dst, src) }
+}
+
+/// [`volatile_copy_in`] of any length and alignment.
+///
+/// # Safety
+///
+/// As [`volatile_copy_in`].
+#[inline]
+unsafe fn volatile_copy_in_any(dst: *mut u8, src: &[u8]) {
     let mut i = 0;
     while i < src.len() && (dst as usize + i) % 8 != 0 {
         // SAFETY: i < len, within the caller's valid range.
