@@ -128,10 +128,10 @@ fn main() -> Result<(), Error> {
                 failed.get_or_insert(e);
             }
         })?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
         if request.is_none() {
+            if let Some(e) = failed {
+                return Err(e);
+            }
             continue;
         }
         let mut id = [0u8; 8];

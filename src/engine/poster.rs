@@ -163,12 +163,17 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// out); on a refusal by the device it stays lent.
     #[inline(always)]
     pub(super) fn repost_lent_srq(&mut self) -> Result<(), Error> {
-        let srq = self.srq.as_mut().ok_or_else(not_lent)?;
-        let (handle, slot, wr_id) = srq.lent_for_repost().ok_or_else(not_lent)?;
-        doorbell::srq_repost(&mut self.prov, handle, slot, wr_id)?;
-        slot.reposted();
-        srq.unlend();
-        Ok(())
+        if let Some(srq) = self.srq.as_mut() {
+            if let Some((handle, slot, wr_id)) = srq.lent_for_repost() {
+                let posted = doorbell::srq_repost(&mut self.prov, handle, slot, wr_id);
+                if posted.is_ok() {
+                    slot.reposted();
+                    srq.unlend();
+                }
+                return posted;
+            }
+        }
+        Err(not_lent())
     }
 }
 
