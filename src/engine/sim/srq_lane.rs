@@ -349,3 +349,37 @@ fn a_forgotten_lane_leaks_its_queue_pair_and_every_buffer_it_held() {
         );
     }
 }
+
+#[test]
+fn a_lane_dropped_after_its_ring_turned_names_each_post_by_its_reply() {
+    let (mut engine, qps, [a, b, c, d], _) = engine();
+    let req = SendRequest::new(SendOp::Send, Local::whole(super::run::buf())).tag(14);
+    let e = engine
+        .prepare_send(qps[0], req)
+        .map_err(|e| e.error)
+        .unwrap();
+    let mut lane = engine.srq_lane(&[a, b, c, d, e]).unwrap();
+    for _ in 0..4 {
+        reply(&mut lane).unwrap();
+    }
+    lane.provider().dev.complete(0, false, 4);
+    while lane.poll(Queue::Send, |_| panic!()).unwrap().is_some()
+        || !lane.provider().dev.cq.is_empty()
+    {}
+    // Posts 4, 5 and 6 use replies 4 (tag 14), 0 (10) and 1 (11).
+    for _ in 0..3 {
+        reply(&mut lane).unwrap();
+    }
+    drop(lane);
+    engine.prov.dev.complete(0, false, 3);
+    let mut tags = Vec::new();
+    engine.poll(|c| tags.push(c.tag())).unwrap();
+    assert_eq!(tags, [14, 10]);
+    assert!(
+        engine.prepared_buf(b).is_err(),
+        "reply 1's post is in flight"
+    );
+    for r in [a, c, d, e] {
+        engine.prepared_buf(r).unwrap();
+    }
+}
