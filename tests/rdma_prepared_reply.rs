@@ -9,6 +9,8 @@
 
 mod support;
 
+use support::numbered::{self, NumberedClient};
+
 use verbs::sys::ibv_wc_status as S;
 use verbs::{
     ErrorKind, HostBuf, Local, MemoryRegion, PreparedSend, ProtectionDomain, QpState, QueuePair,
@@ -130,18 +132,6 @@ fn a_prepared_reply_is_written_from_the_callback_only_while_none_of_its_posts_is
     assert!(from_callback > 0, "no reply was written from the callback");
 }
 
-/// Requests in flight at once in `a_server_reads_each_request_in_its_slot_and_posts_it_again_there`.
-const IN_FLIGHT: u64 = 4;
-const REQUESTS: u64 = 300;
-/// What the server XORs into a request's number to answer it.
-const MARK: u64 = 0xA5A5_0000_0000_5A5A;
-
-/// Request `n`: its number, then `n as u8` to the end.
-fn message(buf: &mut MemoryRegion, n: u64) {
-    buf.write_at(0, &n.to_le_bytes()).unwrap();
-    buf.write_at(8, &[n as u8; MSG - 8]).unwrap();
-}
-
 /// The server reads each request in its shared receive queue's slot
 /// (`CompletionRef::buf`), posts that receive again in place
 /// (`repost_recv`) and answers: every reply carries its request's number
@@ -152,26 +142,13 @@ fn a_server_reads_each_request_in_its_slot_and_posts_it_again_there() {
     let ctx = support::test_context("a_server_reads_each_request_in_its_slot");
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let (mut server, mut client, _, c) = support::srq_server_and_client(&pd, 4, MSG);
-    for _ in 0..IN_FLIGHT {
-        client
-            .post_recv(c, RecvRequest::new(buf(&pd, 0)))
-            .map_err(|e| e.error)
-            .unwrap();
-    }
-    let (mut sent, mut received, mut answered) = (0u64, 0u64, 0u64);
-    let (mut replies, mut requests) = (Vec::new(), Vec::new());
+    let mut numbered = NumberedClient::new(&pd, &mut client, c, 300, 4);
+    let mut answered = 0u64;
+    let mut replies = Vec::new();
     let deadline = support::deadline();
-    while received < REQUESTS {
-        assert!(!deadline.passed(), "{received} replies of {REQUESTS}");
-        while sent < REQUESTS && sent < received + IN_FLIGHT {
-            let mut request = requests.pop().unwrap_or_else(|| buf(&pd, 0));
-            message(&mut request, sent);
-            client
-                .post_send(c, SendRequest::new(SendOp::Send, request))
-                .map_err(|e| e.error)
-                .unwrap();
-            sent += 1;
-        }
+    while !numbered.done() {
+        assert!(!deadline.passed(), "{} replies", numbered.received);
+        numbered.send(&pd, &mut client, c);
         server
             .poll(|mut done| {
                 done.result().unwrap();
@@ -191,10 +168,8 @@ fn a_server_reads_each_request_in_its_slot_and_posts_it_again_there() {
                     done.repost_recv()
                         .expect_err("a receive posted again twice");
                 }
-                let n = u64::from_le_bytes(request[..8].try_into().unwrap());
                 let mut reply = replies.pop().unwrap_or_else(|| buf(&pd, 0));
-                reply.write_at(0, &(n ^ MARK).to_le_bytes()).unwrap();
-                reply.write_at(8, &request[8..]).unwrap();
+                reply.write_at(0, &numbered::answer(&request)).unwrap();
                 done.reply(SendRequest::new(SendOp::Send, reply))
                     .map_err(|e| e.error)
                     .unwrap();
@@ -202,24 +177,9 @@ fn a_server_reads_each_request_in_its_slot_and_posts_it_again_there() {
             })
             .unwrap();
         assert_eq!(server.srq_posted(), 4, "a receive not posted again");
-        client
-            .poll(|mut done| {
-                done.result().unwrap();
-                if !done.is_recv() {
-                    requests.extend(done.take_buf());
-                    return;
-                }
-                let mut got = [0u8; MSG];
-                done.buf().unwrap().read_at(0, &mut got).unwrap();
-                let n = u64::from_le_bytes(got[..8].try_into().unwrap());
-                assert_eq!(n ^ MARK, received, "reply {received}");
-                assert_eq!(got[8..], [received as u8; MSG - 8], "reply {received}");
-                received += 1;
-                done.repost_recv().unwrap();
-            })
-            .unwrap();
+        numbered.poll(&mut client);
     }
-    assert_eq!(answered, REQUESTS);
+    assert_eq!(answered, numbered.sent);
 }
 
 /// A Write of `byte`s to `remote` at `offset`, prepared on `qp` with `tag`.

@@ -6,16 +6,14 @@
 
 mod support;
 
+use support::numbered::{self, NumberedClient, MSG};
+
 use verbs::{
     ErrorKind, HostBuf, MemoryRegion, PreparedSend, ProtectionDomain, Queue, RecvRequest, SendOp,
     SendRequest,
 };
 
-const MSG: usize = 64;
 const SRQ_DEPTH: u32 = 4;
-const REQUESTS: u64 = 300;
-const IN_FLIGHT: u64 = 3;
-const MARK: u64 = 0x5eed_0000_0000_0000;
 
 fn buf(pd: &ProtectionDomain) -> MemoryRegion {
     MemoryRegion::new(pd, MSG).unwrap()
@@ -46,29 +44,14 @@ fn a_lane_answers_every_request_and_posts_each_receive_again() {
     let pd = ProtectionDomain::new(&ctx).unwrap();
     let (mut server, mut client, s, c) = support::srq_server_and_client(&pd, SRQ_DEPTH, MSG);
     let ring = replies(&pd, &mut server, s);
-    for _ in 0..IN_FLIGHT {
-        client
-            .post_recv(c, RecvRequest::new(buf(&pd)))
-            .map_err(|e| e.error)
-            .unwrap();
-    }
+    let mut numbered = NumberedClient::new(&pd, &mut client, c, 300, 3);
     let mut lane = server.srq_lane(&ring).unwrap();
     assert_eq!(lane.qp(), s);
-    let (mut sent, mut received, mut answered) = (0u64, 0u64, 0u64);
-    let mut requests = Vec::new();
+    let mut answered = 0u64;
     let deadline = support::deadline();
-    while received < REQUESTS {
-        assert!(!deadline.passed(), "{received} replies of {REQUESTS}");
-        while sent < REQUESTS && sent < received + IN_FLIGHT {
-            let mut request = requests.pop().unwrap_or_else(|| buf(&pd));
-            request.write_at(0, &sent.to_le_bytes()).unwrap();
-            request.write_at(8, &[sent as u8; MSG - 8]).unwrap();
-            client
-                .post_send(c, SendRequest::new(SendOp::Send, request))
-                .map_err(|e| e.error)
-                .unwrap();
-            sent += 1;
-        }
+    while !numbered.done() {
+        assert!(!deadline.passed(), "{} replies", numbered.received);
+        numbered.send(&pd, &mut client, c);
         let got = lane
             .poll(Queue::Send, |c| panic!("not the lane's: {:?}", c.result()))
             .unwrap();
@@ -76,10 +59,8 @@ fn a_lane_answers_every_request_and_posts_each_receive_again() {
             assert!(len as usize >= MSG, "a request of {len} bytes");
             let mut request = [0u8; MSG];
             lane.read_request(0, &mut request).unwrap();
-            let n = u64::from_le_bytes(request[..8].try_into().unwrap());
-            assert_eq!(n, answered, "requests in order");
-            request[..8].copy_from_slice(&(n ^ MARK).to_le_bytes());
-            lane.reply(0, &request).unwrap();
+            assert_eq!(numbered::number(&request), answered, "requests in order");
+            lane.reply(0, &numbered::answer(&request)).unwrap();
             lane.repost_request().unwrap();
             if answered == 0 {
                 let mut again = [0u8; 8];
@@ -94,24 +75,9 @@ fn a_lane_answers_every_request_and_posts_each_receive_again() {
             }
             answered += 1;
         }
-        client
-            .poll(|mut done| {
-                done.result().unwrap();
-                if !done.is_recv() {
-                    requests.extend(done.take_buf());
-                    return;
-                }
-                let mut got = [0u8; MSG];
-                done.buf().unwrap().read_at(0, &mut got).unwrap();
-                let n = u64::from_le_bytes(got[..8].try_into().unwrap());
-                assert_eq!(n ^ MARK, received, "reply {received}");
-                assert_eq!(got[8..], [received as u8; MSG - 8], "reply {received}");
-                received += 1;
-                done.repost_recv().unwrap();
-            })
-            .unwrap();
+        numbered.poll(&mut client);
     }
-    assert_eq!(answered, REQUESTS);
+    assert_eq!(answered, numbered.sent);
     drop(lane);
     assert_eq!(server.srq_posted(), SRQ_DEPTH as usize);
 }

@@ -167,6 +167,18 @@ pub enum Queue {
     Recv,
 }
 
+impl Queue {
+    /// The completion queue this names among an engine's `cq` and
+    /// `recv_cq`: `None` for `Recv` when receives share `cq`.
+    #[inline(always)]
+    pub(crate) fn of<'c, C>(self, cq: &'c C, recv_cq: &'c Option<C>) -> Option<&'c C> {
+        match (self, recv_cq) {
+            (Queue::Send, _) => Some(cq),
+            (Queue::Recv, recv) => recv.as_ref(),
+        }
+    }
+}
+
 /// Transport parameters of the RTR and RTS transitions. The defaults are
 /// the primer's (timeout 14, retry 7, RNR retry 7, min RNR timer 12),
 /// except where the docs of a field say why not (`hop_limit`).

@@ -257,10 +257,8 @@ impl<B: NicBuf, P: Provider> Lane<'_, B, P> {
         mut on_other: impl FnMut(CompletionRef<'_, B, P>),
     ) -> Result<LanePoll, Error> {
         let e = &mut *self.engine;
-        let cq = match (queue, &e.recv_cq) {
-            (Queue::Send, _) => &e.cq,
-            (Queue::Recv, Some(cq)) => cq,
-            (Queue::Recv, None) => return Ok(LanePoll::default()),
+        let Some(cq) = queue.of(&e.cq, &e.recv_cq) else {
+            return Ok(LanePoll::default());
         };
         let mut out = MaybeUninit::<sys::ibv_wc>::uninit();
         let Some(wc) = e.prov.poll_one(cq, &mut out)? else {

@@ -193,10 +193,11 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
     /// [`Engine::poll_queue`]). A request of the lane's comes back as
     /// `Some` with its length, lent to the lane (read it with
     /// [`SrqLane::read_request`]) until it is posted again
-    /// ([`SrqLane::repost_request`]) or the next poll, which drops it; a reply's completion is counted; a failed reply moves
-    /// the queue pair to ERR and comes back as the error. Anything else,
-    /// a failed receive included, is handed to `on_other` with its
-    /// buffers, as [`Engine::poll`] hands it.
+    /// ([`SrqLane::repost_request`]) or the next poll, which drops it. A
+    /// reply's completion is counted; a failed reply moves the queue pair
+    /// to ERR and comes back as the error. Anything else, a failed
+    /// receive included, is handed to `on_other` with its buffers, as
+    /// [`Engine::poll`] hands it.
     #[inline(always)]
     pub fn poll(
         &mut self,
@@ -209,10 +210,8 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
         };
         // The last request, if not posted again, is dropped.
         srq.release_lent();
-        let cq = match (queue, &e.recv_cq) {
-            (Queue::Send, _) => &e.cq,
-            (Queue::Recv, Some(cq)) => cq,
-            (Queue::Recv, None) => return Ok(None),
+        let Some(cq) = queue.of(&e.cq, &e.recv_cq) else {
+            return Ok(None);
         };
         let mut out = MaybeUninit::<sys::ibv_wc>::uninit();
         let Some(wc) = e.prov.poll_one(cq, &mut out)? else {

@@ -14,6 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use verbs::{Access, Context, Deadline, MemoryRegion, ProtectionDomain, QpConfig, QueuePair};
 
+pub mod numbered;
 mod pairs;
 #[allow(unused_imports)] // each test binary uses some
 pub use pairs::{
