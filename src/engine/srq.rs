@@ -7,7 +7,8 @@
 //! callback (its generation moved on, so the old id reaches nothing): the
 //! callback reads them there, posts the slot again in place (its entries
 //! as its first post built them), or takes them out; what it leaves is
-//! dropped when it returns, the slot free.
+//! dropped when it returns, the slot free. A shared-receive lane
+//! (`srq_lane.rs`) keeps a request lent the same way until its next poll.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
