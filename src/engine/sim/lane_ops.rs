@@ -13,8 +13,9 @@ use crate::sys::ibv_wc_status as WcStatus;
 
 use super::alloc_count::{counted, uncounted};
 use super::callback_posts::lane_refuses;
-use super::device::{Sim, SimBuf};
+use super::device::{Sim, SimBuf, SimDevice};
 use super::model::{self, Home};
+use super::rng::Rng;
 use super::run::Run;
 
 impl Run {
@@ -55,35 +56,7 @@ impl Run {
                     } else {
                         Queue::Recv
                     };
-                    let take = rng.chance(500);
-                    // Some callbacks panic: the lane must stay whole.
-                    let panic = rng.chance(50);
-                    // Some try to post on the lane's queue pair.
-                    let probe = rng.chance(300);
-                    let on_other = |c: CompletionRef<'_, SimBuf, Sim>| {
-                        // Moved in: what the callback leaves is dropped
-                        // here, in the caller's code, not the engine's.
-                        uncounted(|| {
-                            let mut c = c;
-                            if c.status() != WcStatus::SUCCESS {
-                                failed.extend(c.qp());
-                            }
-                            assert!(
-                                !probe || lane_refuses(&mut c, own, seed, step),
-                                "seed {seed} step {step}: a lane's callback posted on the lane's queue pair"
-                            );
-                            if take {
-                                if let Some(b) = c.take_buf() {
-                                    model::check_handed_back(b.id, seed, step);
-                                }
-                            }
-                            if panic {
-                                std::panic::resume_unwind(alloc::boxed::Box::new(
-                                    "a callback that panics",
-                                ));
-                            }
-                        })
-                    };
+                    let on_other = OnOther::pick(rng).callback(&mut failed, own, seed, step);
                     let polled = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
                         counted(|| lane.poll(queue, on_other))
                     }));
@@ -100,51 +73,124 @@ impl Run {
                     }
                 }
                 _ => {
-                    let dev = &mut lane.provider().dev;
-                    // The lane's queue pair or another's.
-                    let any = if qps.is_empty() || rng.chance(300) {
-                        dev.rng.below(dev.qps.len() as u64) as usize
-                    } else {
-                        qps[rng.below(qps.len() as u64) as usize].1
-                    };
-                    if dev.hostile && rng.chance(100) {
+                    if device_acts(&mut lane.provider().dev, rng, qps) {
                         // Polled at once, as `forge` requires.
-                        dev.forge();
-                        let _ = lane.poll(Queue::Send, |c| {
-                            uncounted(|| {
-                                let mut c = c;
-                                if let Some(b) = c.take_buf() {
-                                    model::check_handed_back(b.id, seed, step);
-                                }
-                            })
-                        });
-                    } else if !dev.qps[any].destroyed {
-                        if rng.chance(30) {
-                            dev.fail(any);
-                        } else {
-                            let recv = rng.chance(400);
-                            dev.complete(any, recv, 1 + rng.below(3) as usize);
-                        }
+                        let _ = lane.poll(Queue::Send, take_back(seed, step));
                     }
                 }
             }
         }
         if forget {
-            // The queue pair goes with the lane's slot: leaked, as after a
-            // failed destroy, and so are its buffers.
             core::mem::forget(lane);
-            self.qps.retain(|&(q, _)| q != own);
-            self.removed.push(own);
-            self.leaked.insert(Home::Qp(own.index));
-            if self.engine.srq.is_some() {
-                // It may still receive through the shared queue.
-                self.leaked.insert(Home::Srq);
-            }
-            self.report.leaked += 1;
+            self.forgot_lane(own);
         } else {
             drop(lane);
         }
         self.report.lanes += 1;
         self.check_stopped(&failed);
     }
+
+    /// A lane of `own` was forgotten: its queue pair goes with the lane's
+    /// slot (leaked, as after a failed destroy), and so do its buffers.
+    pub(super) fn forgot_lane(&mut self, own: QpId) {
+        self.qps.retain(|&(q, _)| q != own);
+        self.removed.push(own);
+        self.leaked.insert(Home::Qp(own.index));
+        if self.engine.srq.is_some() {
+            // It may still receive through the shared queue.
+            self.leaked.insert(Home::Srq);
+        }
+        self.report.leaked += 1;
+    }
+}
+
+/// What a lane's callback does with another completion.
+pub(super) struct OnOther {
+    take: bool,
+    /// Some callbacks panic: the lane must stay whole.
+    panic: bool,
+    /// Some try to post on the lane's queue pair.
+    probe: bool,
+}
+
+impl OnOther {
+    pub(super) fn pick(rng: &mut Rng) -> OnOther {
+        OnOther {
+            take: rng.chance(500),
+            panic: rng.chance(50),
+            probe: rng.chance(300),
+        }
+    }
+
+    /// The callback of a lane of `own`, which notes failed queue pairs in
+    /// `failed`.
+    pub(super) fn callback<'a>(
+        self,
+        failed: &'a mut Vec<QpId>,
+        own: QpId,
+        seed: u64,
+        step: u64,
+    ) -> impl FnMut(CompletionRef<'_, SimBuf, Sim>) + 'a {
+        move |c| {
+            // Moved in: what the callback leaves is dropped here, in the
+            // caller's code, not the engine's.
+            uncounted(|| {
+                let mut c = c;
+                if c.status() != WcStatus::SUCCESS {
+                    failed.extend(c.qp());
+                }
+                assert!(
+                    !self.probe || lane_refuses(&mut c, own, seed, step),
+                    "seed {seed} step {step}: a lane's callback posted on the lane's queue pair"
+                );
+                if self.take {
+                    if let Some(b) = c.take_buf() {
+                        model::check_handed_back(b.id, seed, step);
+                    }
+                }
+                if self.panic {
+                    std::panic::resume_unwind(alloc::boxed::Box::new("a callback that panics"));
+                }
+            })
+        }
+    }
+}
+
+/// A callback that takes each buffer back and checks it is the caller's.
+pub(super) fn take_back(seed: u64, step: u64) -> impl FnMut(CompletionRef<'_, SimBuf, Sim>) {
+    move |c| {
+        uncounted(|| {
+            let mut c = c;
+            if let Some(b) = c.take_buf() {
+                model::check_handed_back(b.id, seed, step);
+            }
+        })
+    }
+}
+
+/// The device acts while a lane holds the engine: completes or fails
+/// requests of the lane's queue pair or another's (`qps`), or, if
+/// hostile, forges a completion; true when it forged one, which must be
+/// polled at once.
+pub(super) fn device_acts(dev: &mut SimDevice, rng: &mut Rng, qps: &[(QpId, usize)]) -> bool {
+    let any = if qps.is_empty() || rng.chance(300) {
+        dev.rng.below(dev.qps.len() as u64) as usize
+    } else {
+        qps[rng.below(qps.len() as u64) as usize].1
+    };
+    if dev.hostile && rng.chance(100) {
+        dev.forge();
+        return true;
+    }
+    if !dev.qps[any].destroyed {
+        if rng.chance(30) {
+            dev.fail(any);
+        } else if rng.chance(300) {
+            dev.complete_srq(any);
+        } else {
+            let recv = rng.chance(400);
+            dev.complete(any, recv, 1 + rng.below(3) as usize);
+        }
+    }
+    false
 }

@@ -44,6 +44,7 @@ pub(crate) mod seam;
 #[cfg(test)]
 mod srq_in_place;
 mod srq_lane;
+mod srq_lane_ops;
 pub(crate) mod stub;
 mod window;
 

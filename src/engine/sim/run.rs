@@ -37,6 +37,7 @@ pub(crate) struct Report {
     pub(crate) leaked: u64,
     /// Lanes started (not refused).
     pub(crate) lanes: u64,
+    pub(crate) srq_lanes: u64,
 }
 
 type SimEngine = Engine<SimBuf, Sim>;
@@ -238,7 +239,13 @@ impl Run {
             8 => self.prepare(qp, home),
             9 | 10 => self.post_prepared(),
             11 => self.touch_prepared(),
-            23 if self.rng.chance(300) => self.lane(),
+            23 if self.rng.chance(300) => {
+                if self.rng.chance(500) {
+                    self.srq_lane();
+                } else {
+                    self.lane();
+                }
+            }
             12..=14 => {
                 let n = 1 + self.rng.below(4) as usize;
                 let recv = self.rng.chance(500);
