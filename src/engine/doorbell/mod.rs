@@ -16,9 +16,11 @@
 //! - a prepared request's buffers stay in its table entry, which refuses
 //!   loans, copies and release while its latest post is in flight
 //!   (`prepared.rs`, `PreparedTable::idle`); a lane's copies of its
-//!   entries' requests ([`LaneWrs`]) live no longer than the lane's borrow
-//!   of the engine, which holds the entries' buffers meanwhile (and keeps
-//!   them, leaked, if the lane is forgotten);
+//!   entries' requests ([`LaneWrs`], and a shared-receive lane's
+//!   [`ReplyWrs`]) live no longer than the lane's borrow of the engine,
+//!   which holds the entries' buffers meanwhile (and keeps them, leaked,
+//!   if the lane is forgotten), and gives them back with each entry's
+//!   latest post recorded;
 //! - a shared-receive-queue receive's buffers are in its slot from its
 //!   post until its completion lends them (the slot no longer posted),
 //!   and stay there until taken out or posted again in place (`srq.rs`),
