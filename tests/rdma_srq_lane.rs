@@ -1,10 +1,21 @@
 //! A shared-receive lane (`Engine::srq_lane`) on a real device: a server
 //! that reads each request where it landed, answers from a ring of
 //! prepared replies and posts the receive again in its slot, request
-//! after request; and a reply refused while the send queue is full, its
-//! buffer (the NIC may still be reading it) untouched.
+//! after request, without a heap operation once warm; and a reply refused
+//! while the send queue is full, its buffer (the NIC may still be reading
+//! it) untouched.
 
 mod support;
+
+#[path = "support/heap_count.rs"]
+mod heap_count;
+
+use std::sync::atomic::Ordering;
+
+use heap_count::{counted, HEAP_OPS};
+
+#[global_allocator]
+static GLOBAL: heap_count::Counting = heap_count::Counting;
 
 use support::numbered::{self, NumberedClient, MSG};
 
@@ -52,16 +63,24 @@ fn a_lane_answers_every_request_and_posts_each_receive_again() {
     while !numbered.done() {
         assert!(!deadline.passed(), "{} replies", numbered.received);
         numbered.send(&pd, &mut client, c);
-        let got = lane
-            .poll(Queue::Send, |c| panic!("not the lane's: {:?}", c.result()))
-            .unwrap();
+        // Counted once warm (first touches allocate in the library).
+        let warm = answered >= 10;
+        let count = |f: &mut dyn FnMut()| if warm { counted(f) } else { f() };
+        let mut got = None;
+        count(&mut || {
+            got = lane
+                .poll(Queue::Send, |c| panic!("not the lane's: {:?}", c.result()))
+                .unwrap()
+        });
         if let Some(len) = got {
             assert!(len as usize >= MSG, "a request of {len} bytes");
             let mut request = [0u8; MSG];
-            lane.read_request(0, &mut request).unwrap();
+            count(&mut || {
+                lane.read_request(0, &mut request).unwrap();
+                lane.reply(0, &numbered::answer(&request)).unwrap();
+                lane.repost_request().unwrap();
+            });
             assert_eq!(numbered::number(&request), answered, "requests in order");
-            lane.reply(0, &numbered::answer(&request)).unwrap();
-            lane.repost_request().unwrap();
             if answered == 0 {
                 let mut again = [0u8; 8];
                 let read = lane.read_request(0, &mut again).unwrap_err();
@@ -78,6 +97,11 @@ fn a_lane_answers_every_request_and_posts_each_receive_again() {
         numbered.poll(&mut client);
     }
     assert_eq!(answered, numbered.sent);
+    assert_eq!(
+        HEAP_OPS.load(Ordering::Relaxed),
+        0,
+        "the lane's poll, read, reply and repost allocated"
+    );
     drop(lane);
     assert_eq!(server.srq_posted(), SRQ_DEPTH as usize);
 }
