@@ -57,9 +57,6 @@ pub struct SrqLane<'e, B: NicBuf, P: Provider = Verbs> {
     wrs: ReplyWrs,
     /// The reply the next post uses: post `seq` uses reply `seq % len`.
     next: usize,
-    /// The room held in the engine's table of sends in flight: the send
-    /// queue's depth.
-    reserved: u32,
     /// `id::ring(false, qp, 0)`: the replies' ids start here.
     send_ids: u64,
 }
@@ -166,7 +163,6 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             bufs,
             wrs,
             next: 0,
-            reserved: depth as u32,
             send_ids: id::ring(false, qp, 0),
         })
     }
@@ -372,7 +368,8 @@ impl<B: NicBuf, P: Provider> Drop for SrqLane<'_, B, P> {
         if let Some(srq) = e.srq.as_mut() {
             srq.release_lent();
         }
-        e.flights[0].unreserve(self.reserved);
+        // The room it held: the send queue's depth.
+        e.flights[0].unreserve(self.slot.send.capacity() as u32);
         let (replies, sends) = (&self.replies, &e.prepared.sends);
         let (tail, next) = (self.slot.send.next_seq(), self.next);
         let reply_of = |seq: u64| replies[reply_at(next, tail, seq, replies.len())];

@@ -38,17 +38,19 @@ fn engine() -> (SimEngine, [QpId; 2], [PreparedSend; 4], PreparedSend) {
         let (handle, qp_num) = engine.prov.dev.add_qp([4, 4], 1);
         super::seam::place(&mut engine, handle, qp_num, 4, QpState::RTS).unwrap()
     });
-    let mut prepare = |qp, tag| {
-        let req = SendRequest::new(SendOp::Send, Local::whole(super::run::buf())).tag(tag);
-        engine.prepare_send(qp, req).map_err(|e| e.error).unwrap()
-    };
-    let replies = [10, 11, 12, 13].map(|tag| prepare(qps[0], tag));
-    let other = prepare(qps[1], 20);
+    let replies = [10, 11, 12, 13].map(|tag| prepare(&mut engine, qps[0], tag));
+    let other = prepare(&mut engine, qps[1], 20);
     for _ in 0..4 {
         let req = RecvRequest::new(super::run::buf());
         engine.post_srq_recv(req).map_err(|e| e.error).unwrap();
     }
     (engine, qps, replies, other)
+}
+
+/// A prepared send of a new buffer on `qp`, tagged `tag`.
+fn prepare(engine: &mut SimEngine, qp: QpId, tag: u64) -> PreparedSend {
+    let req = SendRequest::new(SendOp::Send, Local::whole(super::run::buf())).tag(tag);
+    engine.prepare_send(qp, req).map_err(|e| e.error).unwrap()
 }
 
 /// A reply whose buffer must not be held by the device.
@@ -135,22 +137,12 @@ fn a_start_with_the_wrong_replies_is_refused() {
     );
     let (handle, qp_num) = stranger.prov.dev.add_qp([4, 4], 1);
     let their_qp = super::seam::place(&mut stranger, handle, qp_num, 4, QpState::RTS).unwrap();
-    let req = SendRequest::new(SendOp::Send, Local::whole(super::run::buf()));
-    let theirs = stranger
-        .prepare_send(their_qp, req)
-        .map_err(|e| e.error)
-        .unwrap();
+    let theirs = prepare(&mut stranger, their_qp, 0);
     assert!(engine.srq_lane(&[theirs, b, c, d]).is_err());
     // A released one.
     engine.release_prepared(d).unwrap().for_each(drop);
     assert!(engine.srq_lane(&[a, b, c, d]).is_err());
-    let d = {
-        let req = SendRequest::new(SendOp::Send, Local::whole(super::run::buf())).tag(13);
-        engine
-            .prepare_send(qps[0], req)
-            .map_err(|e| e.error)
-            .unwrap()
-    };
+    let d = prepare(&mut engine, qps[0], 13);
     // Sends in flight on the queue pair.
     engine.post_prepared(a).unwrap();
     assert_eq!(
@@ -160,11 +152,7 @@ fn a_start_with_the_wrong_replies_is_refused() {
     engine.prov.dev.complete(0, false, 1);
     engine.poll(|_| {}).unwrap();
     // Five is fine: more replies than the queue holds.
-    let e = engine.prepare_send(
-        qps[0],
-        SendRequest::new(SendOp::Send, Local::whole(super::run::buf())),
-    );
-    let e = e.map_err(|e| e.error).unwrap();
+    let e = prepare(&mut engine, qps[0], 0);
     assert!(engine.srq_lane(&[a, b, c, d, e]).is_ok());
     // Without a shared receive queue.
     let mut plain: SimEngine = Engine::assemble(
@@ -353,11 +341,7 @@ fn a_forgotten_lane_leaks_its_queue_pair_and_every_buffer_it_held() {
 #[test]
 fn a_lane_dropped_after_its_ring_turned_names_each_post_by_its_reply() {
     let (mut engine, qps, [a, b, c, d], _) = engine();
-    let req = SendRequest::new(SendOp::Send, Local::whole(super::run::buf())).tag(14);
-    let e = engine
-        .prepare_send(qps[0], req)
-        .map_err(|e| e.error)
-        .unwrap();
+    let e = prepare(&mut engine, qps[0], 14);
     let mut lane = engine.srq_lane(&[a, b, c, d, e]).unwrap();
     for _ in 0..4 {
         reply(&mut lane).unwrap();
