@@ -16,7 +16,7 @@
 //! ```
 //!
 //! Per request: the receive's completion, its 8-byte id copied into the
-//! next reply (`SrqLane::reply`: refused while the send queue is full,
+//! next reply (`SrqRequest::reply`: refused while the send queue is full,
 //! which is also when that reply's last post could still be in flight),
 //! the reply posted unsignaled (the lane asks for a completion every half
 //! queue, which covers the ones before it), the receive posted again in
@@ -128,16 +128,16 @@ fn main() -> Result<(), Error> {
                 failed.get_or_insert(e);
             }
         })?;
-        if request.is_none() {
+        let Some(mut request) = request else {
             if let Some(e) = failed {
                 return Err(e);
             }
             continue;
-        }
+        };
         let mut id = [0u8; 8];
-        lane.read_request(0, &mut id)?;
-        lane.reply(0, &id)?;
-        lane.repost_request()?;
+        request.read(0, &mut id)?;
+        request.reply(0, &id)?;
+        request.repost()?;
         replies += 1;
     }
     Ok(())

@@ -62,8 +62,8 @@ pub use engine::{
     AhId, Completion, CompletionRef, ConnectOptions, Engine, EngineConfig, EngineCounters,
     Exposing, KeepaliveTable, Lane, LanePoll, PathInfo, PortCounters, PostError, Poster, Prepared,
     PreparedHandle, PreparedRecv, PreparedSend, QpAttributes, QpConfig, QpCounters, QpId, QpState,
-    Queue, RawSend, SrqConfig, SrqLane, Transport, UdDest, DEFAULT_QKEY, MAX_CHAIN, RAW_ID_LIMIT,
-    STATUS_SLOTS,
+    Queue, RawSend, SrqConfig, SrqLane, SrqRequest, Transport, UdDest, DEFAULT_QKEY, MAX_CHAIN,
+    RAW_ID_LIMIT, STATUS_SLOTS,
 };
 pub use error::{Error, ErrorKind};
 pub use gid::Gid;

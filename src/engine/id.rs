@@ -27,6 +27,13 @@ const GEN_BITS: u32 = 40;
 pub(crate) const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
 /// The generation bits of an SRQ id.
 pub(crate) const GEN_MASK: u64 = (1 << GEN_BITS) - 1;
+/// The top generation bit of an SRQ id: where `next_generation`'s carry
+/// lands (always clear in an id the engine posts).
+const GEN_CARRY: u64 = 1 << (GEN_BITS - 1);
+/// The top slot bit of an SRQ id, flipped in the id an unposted slot
+/// keeps (`srq.rs`): that id names another slot, so no completion of its
+/// own matches it.
+pub(crate) const UNPOSTED: u64 = 1 << (GEN_BITS + SLOT_BITS - 1);
 
 const KIND_SEND: u64 = 0;
 const KIND_RECV: u64 = 1;
@@ -97,23 +104,20 @@ pub(crate) const fn seq_in(id: u64, base: u64) -> Option<u64> {
     }
 }
 
-/// The slot and generation of a shared-receive-queue id; `None` for any
-/// other kind.
+/// The slot an SRQ id's slot bits name (of any id: the caller compares
+/// the whole id with the slot's).
 #[inline(always)]
-pub(crate) const fn srq_in(id: u64) -> Option<(u32, u64)> {
-    if id >> KIND_SHIFT == KIND_SRQ {
-        Some(srq_parts(id))
-    } else {
-        None
-    }
+pub(crate) const fn srq_slot_bits(id: u64) -> u32 {
+    ((id >> GEN_BITS) & (MAX_SRQ_SLOTS as u64 - 1)) as u32
 }
 
+/// The SRQ id of the same slot at the next generation. A slot's
+/// generations use the low 39 of the 40 bits and wrap there: the carry
+/// lands in the top one, cleared again (one add, one bit cleared), so it
+/// never reaches the slot bits. Its ids start at generation 0.
 #[inline(always)]
-const fn srq_parts(id: u64) -> (u32, u64) {
-    (
-        ((id >> GEN_BITS) & (MAX_SRQ_SLOTS as u64 - 1)) as u32,
-        id & GEN_MASK,
-    )
+pub(crate) const fn next_generation(id: u64) -> u64 {
+    id.wrapping_add(1) & !GEN_CARRY
 }
 
 /// What `id` names.
@@ -175,9 +179,13 @@ mod tests {
                 assert_eq!(seq_in(ring(!recv, qp, seq), base), None);
                 assert_eq!(seq_in(ring(recv, qp ^ 1, seq), base), None);
                 assert_eq!(seq_in(srq(qp, seq), base), None);
-                assert_eq!(srq_in(ring(recv, qp, seq)), None);
-                assert_eq!(srq_in(raw(seq)), None);
-                assert_eq!(srq_in(srq(qp, seq)), Some((qp, seq & GEN_MASK)));
+                assert_eq!(srq_slot_bits(srq(qp, seq)), qp);
+                let generation = seq & (GEN_CARRY - 1);
+                assert_eq!(
+                    next_generation(srq(qp, generation)),
+                    srq(qp, (generation + 1) & (GEN_CARRY - 1))
+                );
+                assert_ne!(srq_slot_bits(srq(qp, seq) ^ UNPOSTED), qp);
                 assert_eq!(seq_in(raw(seq), base), None);
             }
         }

@@ -53,6 +53,7 @@ pub(crate) mod sim;
 mod slot_back;
 mod srq;
 mod srq_lane;
+mod srq_request;
 mod ud;
 
 pub use ah_table::AhId;
@@ -78,6 +79,7 @@ pub use poster::Poster;
 pub use prepared_table::{Prepared, PreparedHandle, PreparedRecv, PreparedSend};
 pub use qp_slot::{QpId, QpState};
 pub use srq_lane::SrqLane;
+pub use srq_request::SrqRequest;
 pub use ud::UdDest;
 
 // An engine, and so a `QueuePair`, moves to another thread with its

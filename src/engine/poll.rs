@@ -222,7 +222,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                     self.lend_chain::<false>(wc, chain, on_done)
                 }
             }
-            WrId::Srq { slot, generation } => {
+            WrId::Srq { .. } => {
                 let qp = self.by_qp_num(wc.qp_num);
                 let side = self.recv_cq.is_some();
                 let Some(srq) = self.srq.as_mut() else {
@@ -230,7 +230,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 };
                 // Its buffers stay in the slot, lent: `CompletionRef::buf`,
                 // `repost_recv`, `take_buf` reach them there.
-                let Some(tag) = srq.lend(slot, generation) else {
+                let Some(tag) = srq.lend(wc.wr_id) else {
                     return 0;
                 };
                 if let Some(q) = qp {

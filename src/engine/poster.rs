@@ -164,10 +164,11 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
     #[inline(always)]
     pub(super) fn repost_lent_srq(&mut self) -> Result<(), Error> {
         if let Some(srq) = self.srq.as_mut() {
-            if let Some((handle, slot, wr_id)) = srq.lent_for_repost() {
+            if let Some((handle, slot)) = srq.lent_for_repost() {
+                let wr_id = slot.next_id();
                 let posted = doorbell::srq_repost(&mut self.prov, handle, slot, wr_id);
                 if posted.is_ok() {
-                    slot.reposted();
+                    slot.reposted(wr_id);
                     srq.unlend();
                 }
                 return posted;

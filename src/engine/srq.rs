@@ -7,8 +7,15 @@
 //! callback (its generation moved on, so the old id reaches nothing): the
 //! callback reads them there, posts the slot again in place (its entries
 //! as its first post built them), or takes them out; what it leaves is
-//! dropped when it returns, the slot free. A shared-receive lane
-//! (`srq_lane.rs`) keeps a request lent the same way until its next poll.
+//! dropped when it returns, the slot free. A shared-receive lane's
+//! request (`srq_request.rs`) holds its slot the same way, as a
+//! [`LentSlot`], until it is posted again or dropped.
+//!
+//! A slot keeps one id: while posted, its receive's; otherwise the one
+//! its next post uses, with [`id::UNPOSTED`] flipped. A completion's id
+//! names its slot in its slot bits, and an unposted slot's id names
+//! another (the flipped bit is one of them), so one comparison finds
+//! whether an id is its slot's receive in flight.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -18,17 +25,8 @@ use crate::error::{site, Error, ErrorKind};
 use crate::sgl::{Sgl, MAX_SGE};
 use crate::sys;
 
-use super::id::{self, GEN_MASK};
+use super::id::{self, UNPOSTED};
 use super::ring::NONE;
-
-/// Where a slot is between posts.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum State {
-    Free,
-    Posted,
-    /// Completed, its buffers still here, lent to the poll's callback.
-    Lent,
-}
 
 /// One receive's slot: its buffers from post to completion, and while
 /// lent.
@@ -41,15 +39,29 @@ pub(crate) struct SrqSlot<B> {
     /// slot is posted again only by a post that builds them anew.
     pub(crate) sges: [MaybeUninit<sys::ibv_sge>; MAX_SGE],
     pub(crate) num_sge: i32,
-    generation: u64,
-    state: State,
+    /// While posted, its receive's id; otherwise the id its next post
+    /// uses, `UNPOSTED` flipped.
+    id: u64,
 }
 
 impl<B> SrqSlot<B> {
-    /// The lent slot was posted again in place (then `SrqSlots::unlend`).
+    /// The id the slot's next post uses (it is not posted).
     #[inline(always)]
-    pub(crate) fn reposted(&mut self) {
-        self.state = State::Posted;
+    pub(crate) fn next_id(&self) -> u64 {
+        self.id ^ UNPOSTED
+    }
+
+    /// The slot was posted again in place with `id` (its `next_id`).
+    #[inline(always)]
+    pub(crate) fn reposted(&mut self, id: u64) {
+        self.id = id;
+    }
+
+    /// The receive this slot's `id` names completed: no longer posted, its
+    /// next post at the next generation.
+    #[inline(always)]
+    fn completed(&mut self, id: u64) {
+        self.id = id::next_generation(id) ^ UNPOSTED;
     }
 }
 
@@ -74,9 +86,11 @@ impl<B, S> SrqSlots<B, S> {
             sgl: Sgl::empty(),
             sges: [const { MaybeUninit::uninit() }; MAX_SGE],
             num_sge: 0,
-            generation: 0,
-            state: State::Free,
+            id: 0,
         });
+        for (slot, s) in slots.iter_mut().enumerate() {
+            s.id = id::srq(slot as u32, 0) ^ UNPOSTED;
+        }
         SrqSlots {
             srq,
             slots: slots.into_boxed_slice(),
@@ -115,7 +129,7 @@ impl<B, S> SrqSlots<B, S> {
                 ErrorKind::QueueFull,
             ));
         };
-        Ok((slot, id::srq(slot, self.slots[slot as usize].generation)))
+        Ok((slot, self.slots[slot as usize].next_id()))
     }
 
     /// The queue's handle and a reserved slot, to build its entries in
@@ -130,24 +144,45 @@ impl<B, S> SrqSlots<B, S> {
         debug_assert_eq!(popped, Some(slot));
         let s = &mut self.slots[slot as usize];
         s.tag = tag;
-        s.state = State::Posted;
+        s.id = s.next_id();
     }
 
-    /// Completes the receive a completion names: its slot lent (its
-    /// generation moves on), its buffers staying there; its tag. `None`
-    /// for an id that names no posted receive. A slot still lent (by a
-    /// shared-receive lane forgotten since) stays lent for good: leaked,
-    /// with its buffers.
-    #[inline]
-    pub(crate) fn lend(&mut self, slot: u32, generation: u64) -> Option<u64> {
-        let s = self.slots.get_mut(slot as usize)?;
-        if s.state != State::Posted || s.generation != generation {
-            return None;
+    /// The slot whose receive in flight `id` names, if one does.
+    #[inline(always)]
+    pub(crate) fn posted_slot(&self, id: u64) -> Option<u32> {
+        let slot = id::srq_slot_bits(id);
+        match self.slots.get(slot as usize) {
+            Some(s) if s.id == id => Some(slot),
+            _ => None,
         }
-        s.state = State::Lent;
-        s.generation = (s.generation + 1) & GEN_MASK;
+    }
+
+    /// Completes the receive a completion's `id` names: its slot lent to
+    /// the poll's callback (its generation moves on), its buffers staying
+    /// there; its tag. `None` for an id that names no posted receive.
+    #[inline]
+    pub(crate) fn lend(&mut self, id: u64) -> Option<u64> {
+        let slot = self.posted_slot(id)?;
+        let s = &mut self.slots[slot as usize];
+        s.completed(id);
         self.lent = slot;
         Some(s.tag)
+    }
+
+    /// Completes the receive a completion's `id` names, as `lend` does,
+    /// lent instead to the returned [`LentSlot`]. `None` for an id that
+    /// names no posted receive.
+    #[inline(always)]
+    pub(crate) fn lend_in_place(&mut self, id: u64) -> Option<LentSlot<'_, B, S>> {
+        let index = self.posted_slot(id)?;
+        let slot = &mut self.slots[index as usize];
+        slot.completed(id);
+        Some(LentSlot {
+            srq: &self.srq,
+            slot,
+            free: &mut self.free,
+            index,
+        })
     }
 
     /// The first buffer of the lent slot, if one is lent.
@@ -156,15 +191,12 @@ impl<B, S> SrqSlots<B, S> {
         self.slots.get(self.lent as usize)?.sgl.first()
     }
 
-    /// The queue's handle, the lent slot and its id at its new
-    /// generation, to post it again in place (then `SrqSlot::reposted`
-    /// and `SrqSlots::unlend`).
+    /// The queue's handle and the lent slot, to post it again in place
+    /// (then `SrqSlot::reposted` and `SrqSlots::unlend`).
     #[inline(always)]
-    pub(crate) fn lent_for_repost(&mut self) -> Option<(&S, &mut SrqSlot<B>, u64)> {
-        let slot = self.lent;
-        let s = self.slots.get_mut(slot as usize)?;
-        let wr_id = id::srq(slot, s.generation);
-        Some((&self.srq, s, wr_id))
+    pub(crate) fn lent_for_repost(&mut self) -> Option<(&S, &mut SrqSlot<B>)> {
+        let s = self.slots.get_mut(self.lent as usize)?;
+        Some((&self.srq, s))
     }
 
     /// The lent slot was posted again (`SrqSlot::reposted`): none is lent.
@@ -179,7 +211,6 @@ impl<B, S> SrqSlots<B, S> {
     pub(crate) fn take_lent(&mut self) -> Option<Sgl<B>> {
         let slot = core::mem::replace(&mut self.lent, NONE);
         let s = self.slots.get_mut(slot as usize)?;
-        s.state = State::Free;
         self.free.push(slot);
         let mut sgl = Sgl::empty();
         s.sgl.move_into(&mut sgl);
@@ -200,5 +231,25 @@ impl<B, S> SrqSlots<B, S> {
     #[inline(never)]
     fn release_lent_slot(&mut self) {
         drop(self.take_lent());
+    }
+}
+
+/// A completed shared receive lent in its slot to a shared-receive lane's
+/// request (`SrqSlots::lend_in_place`): read there, then posted again in
+/// place (and forgotten: nothing is left to release). Dropped without,
+/// it frees the slot and drops its buffers (the device is done with
+/// them); forgotten otherwise, the slot stays lent, its buffers with it,
+/// until the queue is destroyed.
+pub(crate) struct LentSlot<'a, B, S> {
+    pub(crate) srq: &'a S,
+    pub(crate) slot: &'a mut SrqSlot<B>,
+    free: &'a mut Vec<u32>,
+    index: u32,
+}
+
+impl<B, S> Drop for LentSlot<'_, B, S> {
+    fn drop(&mut self) {
+        self.free.push(self.index);
+        drop(core::mem::take(&mut self.slot.sgl));
     }
 }

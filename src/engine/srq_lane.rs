@@ -12,14 +12,11 @@
 //! one room check is the buffer check too, and a post keeps no entry: the
 //! lane reserved the queue's depth in the engine's table when it started.
 //! A request is a shared receive of the lane's queue pair that completed
-//! successfully: its slot is lent to the lane (no longer posted, so no
-//! peer writes it), read by copy, and posted again in place; a request
-//! not posted again by the next poll is dropped there (the device is done
-//! with it). Every other
-//! completion goes through the engine's router to the poll's callback.
-//! Dropped, the lane gives each reply still in flight an entry again;
-//! forgotten, it leaks the queue pair, its reservation and the replies'
-//! buffers, as after a failed destroy.
+//! successfully, handed out as a [`SrqRequest`] that borrows the lane
+//! (`srq_request.rs`). Every other completion goes through the engine's
+//! router to the poll's callback. Dropped, the lane gives each reply
+//! still in flight an entry again; forgotten, it leaks the queue pair,
+//! its reservation and the replies' buffers, as after a failed destroy.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -27,54 +24,41 @@ use core::mem::MaybeUninit;
 
 use crate::error::{site, Error, ErrorKind};
 use crate::memory::{HostBuf, NicBuf};
-use crate::sgl::Sgl;
 use crate::sys::{self, ibv_wc_status as WcStatus};
 
-use super::check::{cannot_send_on, post_hint};
 use super::completion::{check_status, CompletionRef};
 use super::config::Queue;
 use super::core::Engine;
-use super::doorbell::{Provider, ReplyWrs, Verbs};
+use super::doorbell::{Provider, ReplyRing, Verbs};
 use super::id;
 use super::prepared::rebuilt;
 use super::prepared_table::{gone, PreparedSend, NEVER};
-use super::qp_slot::{signal_decision, QpId, QpSlot, QpState};
+use super::qp_slot::{QpId, QpSlot, QpState};
 use super::slot_back::SlotBack;
+use super::srq_request::{ReplySide, SrqRequest};
 
 /// A server's loop on one queue pair of an engine with a shared receive
 /// queue: see [`Engine::srq_lane`].
 pub struct SrqLane<'e, B: NicBuf, P: Provider = Verbs> {
     engine: &'e mut Engine<B, P>,
-    /// The queue pair's slot, moved out of the engine for the lane's life
-    /// (a placeholder in its place, `QpSlot::lent_to_lane`); back in the
-    /// engine while the router runs, and when the lane is dropped.
-    slot: QpSlot<P::Qp>,
     qp: u32,
+    /// The replies as prepared, in the ring's order (each one's buffers
+    /// are in the ring for the lane's life).
     replies: Box<[PreparedSend]>,
-    /// Each reply's buffers, moved out of its entry for the lane's life
-    /// (the request still names their memory).
-    bufs: Box<[Sgl<B>]>,
-    wrs: ReplyWrs,
-    /// The reply the next post uses: post `seq` uses reply `seq % len`.
-    next: usize,
-    /// `id::ring(false, qp, 0)`: the replies' ids start here.
-    send_ids: u64,
-}
-
-#[cold]
-fn no_request() -> Error {
-    Error::invalid(site!(
-        "srq_lane request",
-        "no request is lent to the lane (posted again already, or none polled)",
-        "poll until it returns Some"
-    ))
+    /// The queue pair's slot, moved out of the engine for the lane's life
+    /// (a placeholder in its place, `QpSlot::lent_to_lane`; back in the
+    /// engine while the router runs, and when the lane is dropped), and
+    /// the ring.
+    side: ReplySide<B, P::Qp>,
+    /// The send queue's next post when the lane started.
+    first_seq: u64,
 }
 
 impl<B: NicBuf, P: Provider> Engine<B, P> {
     /// Starts a shared-receive lane on the queue pair of `replies`: its
     /// requests are the shared receives it completes, answered with
-    /// [`SrqLane::reply`] from `replies` in turn, posted again with
-    /// [`SrqLane::repost_request`]. Refused unless the engine has a shared
+    /// [`SrqRequest::reply`] from `replies` in turn, posted again with
+    /// [`SrqRequest::repost`]. Refused unless the engine has a shared
     /// receive queue, every reply is a live prepared send of this engine on
     /// one queue pair, each given once, with a buffer, and at least as many
     /// as the queue pair's send queue holds, and its send queue has nothing
@@ -147,23 +131,33 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
                 ErrorKind::QueueFull,
             ));
         }
-        let sends = &self.prepared.sends;
-        let wrs = ReplyWrs::new(replies.iter().map(|r| &sends[r.index as usize].wr));
-        let bufs = replies
+        let half = slot.send.half();
+        let sgls: Vec<_> = replies
             .iter()
             .map(|r| core::mem::take(&mut self.prepared.sends[r.index as usize].sgl))
             .collect();
+        let sends = &self.prepared.sends;
+        let ring = ReplyRing::new(
+            replies
+                .iter()
+                .map(|r| &sends[r.index as usize].wr)
+                .zip(sgls),
+            half,
+        );
         let lent = QpSlot::lent_to_lane(&self.qps[qp as usize]);
         let slot = core::mem::replace(&mut self.qps[qp as usize], lent);
+        let first_seq = slot.send.next_seq();
         Ok(SrqLane {
             engine: self,
-            slot,
             qp,
             replies: replies.into(),
-            bufs,
-            wrs,
-            next: 0,
-            send_ids: id::ring(false, qp, 0),
+            side: ReplySide {
+                slot,
+                ring,
+                next: 0,
+                send_ids: id::ring(false, qp, 0),
+            },
+            first_seq,
         })
     }
 }
@@ -174,7 +168,7 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
         QpId {
             engine: self.engine.id,
             index: self.qp,
-            generation: self.slot.generation,
+            generation: self.side.slot.generation,
         }
     }
 
@@ -186,26 +180,20 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
     }
 
     /// Takes at most one entry off `queue`'s completion queue (as
-    /// [`Engine::poll_queue`]). A request of the lane's comes back as
-    /// `Some` with its length, lent to the lane (read it with
-    /// [`SrqLane::read_request`]) until it is posted again
-    /// ([`SrqLane::repost_request`]) or the next poll, which drops it. A
-    /// reply's completion is counted; a failed reply moves the queue pair
-    /// to ERR and comes back as the error. Anything else, a failed
-    /// receive included, is handed to `on_other` with its buffers, as
-    /// [`Engine::poll`] hands it.
+    /// [`Engine::poll_queue`]). A request of the lane's comes back as a
+    /// [`SrqRequest`], its receive lent to it: read it, answer it, post it
+    /// again ([`SrqRequest::repost`]); dropped, its buffers are dropped and
+    /// its slot freed. A reply's completion is counted; a failed reply
+    /// moves the queue pair to ERR and comes back as the error. Anything
+    /// else, a failed receive included, is handed to `on_other` with its
+    /// buffers, as [`Engine::poll`] hands it.
     #[inline(always)]
     pub fn poll(
         &mut self,
         queue: Queue,
         mut on_other: impl FnMut(CompletionRef<'_, B, P>),
-    ) -> Result<Option<u32>, Error> {
+    ) -> Result<Option<SrqRequest<'_, B, P>>, Error> {
         let e = &mut *self.engine;
-        let Some(srq) = e.srq.as_mut() else {
-            return Ok(None);
-        };
-        // The last request, if not posted again, is dropped.
-        srq.release_lent();
         let Some(cq) = queue.of(&e.cq, &e.recv_cq) else {
             return Ok(None);
         };
@@ -213,20 +201,43 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
         let Some(wc) = e.prov.poll_one(cq, &mut out)? else {
             return Ok(None);
         };
-        // The lane's queue pair number and SUCCESS, in one test.
-        if (wc.qp_num ^ self.slot.qp_num) | (wc.status.0 ^ WcStatus::SUCCESS.0) == 0 {
-            if let Some((slot, generation)) = id::srq_in(wc.wr_id) {
-                if srq.lend(slot, generation).is_some() {
-                    self.slot.tally.srq_recvs += 1;
-                    return Ok(Some(wc.byte_len));
-                }
-            } else if let Some(seq) = id::seq_in(wc.wr_id, self.send_ids) {
-                self.slot.send.retire_filled(seq);
-                return Ok(None);
+        // The lane's queue pair number and SUCCESS, in one test, and a
+        // receive in flight in its slot.
+        let ours = (wc.qp_num ^ self.side.slot.qp_num) | (wc.status.0 ^ WcStatus::SUCCESS.0) == 0;
+        let srq = self.engine.srq.as_ref();
+        if !ours || srq.and_then(|s| s.posted_slot(wc.wr_id)).is_none() {
+            self.not_request(wc, &mut on_other)?;
+            return Ok(None);
+        }
+        let e = &mut *self.engine;
+        let Some(lent) = e.srq.as_mut().and_then(|s| s.lend_in_place(wc.wr_id)) else {
+            return Ok(None);
+        };
+        self.side.slot.tally.srq_recvs += 1;
+        Ok(Some(SrqRequest {
+            lent,
+            prov: &mut e.prov,
+            side: &mut self.side,
+            byte_len: wc.byte_len,
+        }))
+    }
+
+    /// A completion that is not a request: a reply's success, counted
+    /// here, or anything else ([`SrqLane::route`]).
+    #[inline(always)]
+    fn not_request(
+        &mut self,
+        wc: &sys::ibv_wc,
+        on_other: &mut impl FnMut(CompletionRef<'_, B, P>),
+    ) -> Result<(), Error> {
+        let slot = &mut self.side.slot;
+        if wc.qp_num == slot.qp_num && wc.status == WcStatus::SUCCESS {
+            if let Some(seq) = id::seq_in(wc.wr_id, self.side.send_ids) {
+                slot.send.retire_filled(seq);
+                return Ok(());
             }
         }
-        self.route(wc, &mut on_other)?;
-        Ok(None)
+        self.route(wc, on_other)
     }
 
     /// [`SrqLane::poll`]'s other completions: a failed (or stale) reply,
@@ -238,12 +249,12 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
         wc: &sys::ibv_wc,
         on_other: &mut impl FnMut(CompletionRef<'_, B, P>),
     ) -> Result<(), Error> {
-        if let Some(seq) = id::seq_in(wc.wr_id, self.send_ids) {
-            if wc.qp_num == self.slot.qp_num {
+        if let Some(seq) = id::seq_in(wc.wr_id, self.side.send_ids) {
+            if wc.qp_num == self.side.slot.qp_num {
                 return self.own(seq, wc);
             }
         }
-        let back = SlotBack::new(self.engine, &mut self.slot, self.qp);
+        let back = SlotBack::new(self.engine, &mut self.side.slot, self.qp);
         back.engine.route(core::slice::from_ref(wc), on_other);
         drop(back);
         Ok(())
@@ -253,10 +264,10 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
     /// failure (the queue pair goes to ERR, the error comes back) or a
     /// stale or duplicated id (nothing).
     fn own(&mut self, seq: u64, wc: &sys::ibv_wc) -> Result<(), Error> {
-        if self.slot.send.retire_filled(seq) == 0 || wc.status == WcStatus::SUCCESS {
+        if self.side.slot.send.retire_filled(seq) == 0 || wc.status == WcStatus::SUCCESS {
             return Ok(());
         }
-        self.slot.set_state(QpState::ERR);
+        self.side.slot.set_state(QpState::ERR);
         let reply = self.replies[self.reply_of(seq)];
         let opcode = self.engine.prepared.sends[reply.index as usize].opcode;
         check_status(wc.status, opcode, false)
@@ -265,19 +276,33 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
     /// Which reply post `seq` (posted by this lane) used.
     fn reply_of(&self, seq: u64) -> usize {
         reply_at(
-            self.next,
-            self.slot.send.next_seq(),
+            self.side.next,
+            self.side.slot.send.next_seq(),
             seq,
             self.replies.len(),
         )
     }
 
-    /// Posts the request lent to the lane again, in its slot of the shared
-    /// receive queue. Refused when none is lent; if the device refuses it,
-    /// it stays lent.
+    /// Fills the next reply with `fill` and posts it, without a request
+    /// (as a request's `reply` does).
+    #[cfg(test)]
+    pub(super) fn reply_with(&mut self, fill: impl FnOnce(&mut B)) -> Result<(), Error> {
+        let next = self.side.next_reply()?;
+        fill(next.reply.buf);
+        next.post(&mut self.engine.prov)
+    }
+}
+
+impl<B: HostBuf, P: Provider> SrqLane<'_, B, P> {
+    /// Copies `src` into the next reply's buffer at `offset` and posts it,
+    /// outside any request (a notice the server sends on its own), as
+    /// [`SrqRequest::reply`] does. Refused when the send queue is full, or
+    /// the queue pair not ready to send.
     #[inline(always)]
-    pub fn repost_request(&mut self) -> Result<(), Error> {
-        self.engine.repost_lent_srq()
+    pub fn send(&mut self, offset: usize, src: &[u8]) -> Result<(), Error> {
+        let next = self.side.next_reply()?;
+        next.reply.buf.write_at(offset, src)?;
+        next.post(&mut self.engine.prov)
     }
 }
 
@@ -288,76 +313,6 @@ fn reply_at(next: usize, tail: u64, seq: u64, len: usize) -> usize {
     (next + len - back) % len
 }
 
-impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
-    /// The first buffer of the request lent to the lane, if one is.
-    #[inline(always)]
-    pub(super) fn request_buf(&self) -> Result<&B, Error> {
-        let srq = self.engine.srq.as_ref().ok_or_else(no_request)?;
-        srq.lent_first().ok_or_else(no_request)
-    }
-
-    /// The next reply's buffer, to fill before [`SrqLane::post_reply`]
-    /// posts it. Refused when the send queue is full or the queue pair not
-    /// ready to send.
-    #[inline(always)]
-    pub(super) fn next_reply(&mut self) -> Result<&mut B, Error> {
-        let slot = &self.slot;
-        if slot.send.len() >= slot.send_room {
-            return Err(cannot_send_on(slot));
-        }
-        // Reply `next`'s last post is `replies.len()` posts back or older:
-        // retired, as the room check above found fewer in flight.
-        self.bufs[self.next].buf_mut(0).ok_or_else(gone)
-    }
-
-    /// Posts the next reply, unsignaled unless the queue needs a signal
-    /// (half its depth in a row). Only after [`SrqLane::next_reply`]
-    /// found room for it (nothing posted since).
-    #[inline(always)]
-    pub(super) fn post_reply(&mut self) -> Result<(), Error> {
-        let slot = &mut self.slot;
-        debug_assert!(slot.send.len() < slot.send_room);
-        let qp = slot.qp.as_ref().ok_or_else(gone)?;
-        let at = self.next;
-        let seq = slot.send.next_seq();
-        let mut run = slot.unsignaled_run;
-        let signaled = signal_decision(&mut run, slot.send.half(), false, 0);
-        self.wrs
-            .post_send(
-                &mut self.engine.prov,
-                qp,
-                at,
-                id::ring_at(self.send_ids, seq),
-                signaled,
-            )
-            .map_err(post_hint)?;
-        slot.send.push_filled();
-        slot.unsignaled_run = run;
-        self.next = if at + 1 == self.bufs.len() { 0 } else { at + 1 };
-        Ok(())
-    }
-}
-
-impl<B: HostBuf, P: Provider> SrqLane<'_, B, P> {
-    /// Copies from the request lent to the lane, at `offset`, into `dst`.
-    /// Refused when none is lent.
-    #[inline(always)]
-    pub fn read_request(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
-        self.request_buf()?.read_at(offset, dst)
-    }
-
-    /// Copies `src` into the next reply's buffer at `offset` and posts it,
-    /// unsignaled unless the queue needs a signal (half its depth in a
-    /// row): it completes, and is counted, with the next signaled one.
-    /// Refused when the send queue is full, or the queue pair not ready
-    /// to send.
-    #[inline(always)]
-    pub fn reply(&mut self, offset: usize, src: &[u8]) -> Result<(), Error> {
-        self.next_reply()?.write_at(offset, src)?;
-        self.post_reply()
-    }
-}
-
 impl<B: NicBuf, P: Provider> Drop for SrqLane<'_, B, P> {
     /// Gives each reply still in flight an entry again (out of the lane's
     /// reservation, whose rest is returned), puts the queue pair's slot and
@@ -365,28 +320,37 @@ impl<B: NicBuf, P: Provider> Drop for SrqLane<'_, B, P> {
     /// loan, a copy or a release checks).
     fn drop(&mut self) {
         let e = &mut *self.engine;
-        if let Some(srq) = e.srq.as_mut() {
-            srq.release_lent();
-        }
+        let side = &mut self.side;
         // The room it held: the send queue's depth.
-        e.flights[0].unreserve(self.slot.send.capacity() as u32);
+        e.flights[0].unreserve(side.slot.send.capacity() as u32);
         let (replies, sends) = (&self.replies, &e.prepared.sends);
-        let (tail, next) = (self.slot.send.next_seq(), self.next);
+        let (tail, next) = (side.slot.send.next_seq(), side.next);
         let reply_of = |seq: u64| replies[reply_at(next, tail, seq, replies.len())];
-        e.flights[0].adopt(&mut self.slot.send, |seq| {
+        e.flights[0].adopt(&mut side.slot.send, |seq| {
             let r = reply_of(seq);
             let s = &sends[r.index as usize];
             (s.tag, s.opcode, r.index, r.key as u32)
         });
         for (at, r) in replies.iter().enumerate() {
             let s = &mut e.prepared.sends[r.index as usize];
-            s.sgl = core::mem::take(&mut self.bufs[at]);
+            s.sgl = side.ring.take_sgl(at);
             s.last_post = NEVER;
         }
-        let in_flight = self.slot.send.len();
+        let in_flight = side.slot.send.len();
         for seq in tail - in_flight..tail {
             e.prepared.sends[reply_of(seq).index as usize].last_post = seq;
         }
-        core::mem::swap(&mut self.slot, &mut e.qps[self.qp as usize]);
+        // The unsignaled posts since the ring's last signaled one, which
+        // the queue pair's next signal decision counts on.
+        let posted = tail - self.first_seq;
+        if posted > 0 {
+            let len = side.ring.len();
+            let signaled = |k: u64| {
+                side.ring
+                    .signaled((next + len - 1 - (k as usize % len)) % len)
+            };
+            side.slot.unsignaled_run = (0..posted).take_while(|&k| !signaled(k)).count() as u64;
+        }
+        core::mem::swap(&mut side.slot, &mut e.qps[self.qp as usize]);
     }
 }

@@ -17,7 +17,7 @@
 //!   loans, copies and release while its latest post is in flight
 //!   (`prepared.rs`, `PreparedTable::idle`); a lane's copies of its
 //!   entries' requests ([`LaneWrs`], and a shared-receive lane's
-//!   [`ReplyWrs`]) live no longer than the lane's borrow of the engine,
+//!   [`ReplyRing`]) live no longer than the lane's borrow of the engine,
 //!   which holds the entries' buffers meanwhile (and keeps them, leaked,
 //!   if the lane is forgotten), and gives them back with each entry's
 //!   latest post recorded;
@@ -43,7 +43,7 @@ mod lane_wr;
 mod prepared_wr;
 mod provider;
 mod raw_send;
-mod reply_wrs;
+mod reply_ring;
 mod ud;
 
 use crate::error::{site, Error};
@@ -65,7 +65,7 @@ pub(crate) use prepared_wr::PreparedWr;
 pub use provider::{Provider, Verbs};
 pub(crate) use raw_send::send_raw;
 pub use raw_send::RawSend;
-pub(crate) use reply_wrs::ReplyWrs;
+pub(crate) use reply_ring::{ReplyAt, ReplyRing};
 pub(crate) use ud::{send_ud, UdTarget};
 
 /// One send of the caller's: its operation and buffers, and how to post it.

@@ -38,6 +38,8 @@ pub(crate) struct Report {
     /// Lanes started (not refused).
     pub(crate) lanes: u64,
     pub(crate) srq_lanes: u64,
+    /// Requests those lanes' polls found.
+    pub(crate) srq_requests: u64,
 }
 
 type SimEngine = Engine<SimBuf, Sim>;

@@ -1,11 +1,13 @@
 //! Shared-receive lanes (`Engine::srq_lane`) against callers and a device
 //! that misuse them: a start with foreign, released, repeated or too few
 //! replies, or with sends in flight; a reply while every reply's buffer
-//! is held by the device; a request read or posted again twice, left
-//! unposted, or completed twice; a reply that fails; another queue pair's
-//! requests and a callback that panics among them; a lane dropped or
-//! forgotten with replies in flight. No buffer is written, read or
-//! dropped while the device holds it.
+//! is held by the device; a request dropped, forgotten or dropped by a
+//! panic instead of posted again, or completed twice; a reply that
+//! fails; another queue pair's requests and a callback that panics among
+//! them; a lane dropped or forgotten with replies in flight. No buffer is
+//! written, read or dropped while the device holds it. (A request read or
+//! posted again after its next poll, or posted again twice, does not
+//! compile: `SrqRequest`'s doc-tests.)
 
 use alloc::vec::Vec;
 
@@ -14,6 +16,8 @@ use crate::engine::core::Engine;
 use crate::engine::prepared_table::PreparedSend;
 use crate::engine::qp_slot::{QpId, QpState};
 use crate::engine::srq::SrqSlots;
+use crate::engine::srq_lane::SrqLane;
+use crate::engine::srq_request::SrqRequest;
 use crate::error::ErrorKind;
 use crate::sgl::Local;
 use crate::sys::ibv_wc_status as WcStatus;
@@ -53,11 +57,22 @@ fn prepare(engine: &mut SimEngine, qp: QpId, tag: u64) -> PreparedSend {
     engine.prepare_send(qp, req).map_err(|e| e.error).unwrap()
 }
 
-/// A reply whose buffer must not be held by the device.
-fn reply(lane: &mut crate::engine::srq_lane::SrqLane<'_, SimBuf, Sim>) -> Result<(), ErrorKind> {
-    let b = counted(|| lane.next_reply()).map_err(|e| e.kind())?;
-    assert!(!busy(b.id), "a reply written while the device holds it");
-    counted(|| lane.post_reply()).map_err(|e| e.kind())
+/// A reply, without a request, whose buffer must not be held by the device.
+fn reply(lane: &mut SrqLane<'_, SimBuf, Sim>) -> Result<(), ErrorKind> {
+    let fill = |b: &mut SimBuf| assert!(!busy(b.id), "a reply written while the device holds it");
+    counted(|| lane.reply_with(fill)).map_err(|e| e.kind())
+}
+
+/// Polls once, for a completion that is not a request.
+fn poll_none(lane: &mut SrqLane<'_, SimBuf, Sim>) -> Result<(), crate::error::Error> {
+    let got = lane.poll(Queue::Send, |_| panic!("not the lane's"))?;
+    assert!(got.is_none(), "a request");
+    Ok(())
+}
+
+/// The id of the buffer a request holds.
+fn held(request: &SrqRequest<'_, SimBuf, Sim>) -> u64 {
+    request.buf().unwrap().id
 }
 
 #[test]
@@ -69,17 +84,19 @@ fn a_server_loop_answers_every_request_and_never_writes_a_held_reply() {
         lane.provider().dev.complete_srq(0);
         // The data path allocates nothing.
         let got = counted(|| lane.poll(Queue::Send, |_| panic!("not the lane's")));
-        assert_eq!(got.unwrap(), Some(8), "round {round}");
-        assert!(!busy(lane.request_buf().unwrap().id));
-        reply(&mut lane).unwrap();
-        counted(|| lane.repost_request()).unwrap();
+        let mut request = got.unwrap().expect("a request");
+        assert_eq!(request.byte_len(), 8, "round {round}");
+        assert!(!busy(held(&request)));
+        let fill = |b: &mut SimBuf| assert!(!busy(b.id), "a reply written while held");
+        counted(|| request.reply_with(fill)).unwrap();
+        counted(|| request.repost()).unwrap();
         answered += 1;
         // The device finishes replies late, in bursts.
         if round % 3 == 2 {
             let held = lane.provider().dev.qps[0].queues[0].len();
             lane.provider().dev.complete(0, false, held);
             while !lane.provider().dev.cq.is_empty() {
-                assert_eq!(lane.poll(Queue::Send, |_| panic!()).unwrap(), None);
+                poll_none(&mut lane).unwrap();
             }
         }
     }
@@ -102,7 +119,7 @@ fn a_reply_waits_for_a_completion_that_covers_its_last_post() {
     assert_eq!(reply(&mut lane), Err(ErrorKind::QueueFull));
     // The second post was signaled (half the depth): it covers the first.
     lane.provider().dev.complete(0, false, 1);
-    assert_eq!(lane.poll(Queue::Send, |_| panic!()).unwrap(), None);
+    poll_none(&mut lane).unwrap();
     reply(&mut lane).unwrap();
     reply(&mut lane).unwrap();
     assert_eq!(reply(&mut lane), Err(ErrorKind::QueueFull));
@@ -172,23 +189,14 @@ fn a_start_with_the_wrong_replies_is_refused() {
 }
 
 #[test]
-fn a_request_is_lent_once_and_a_duplicate_reaches_nothing() {
+fn a_duplicate_of_a_request_posted_again_reaches_nothing() {
     let (mut engine, _, replies, _) = engine();
     let mut lane = engine.srq_lane(&replies).unwrap();
-    assert_eq!(
-        lane.request_buf().map(|_| ()).unwrap_err().kind(),
-        ErrorKind::InvalidArgument
-    );
     lane.provider().dev.complete_srq(0);
     let wc = *lane.provider().dev.qps[0].history.last().unwrap();
-    assert_eq!(lane.poll(Queue::Send, |_| panic!()).unwrap(), Some(8));
-    let id = lane.request_buf().unwrap().id;
-    lane.repost_request().unwrap();
-    assert_eq!(
-        lane.repost_request().map_err(|e| e.kind()),
-        Err(ErrorKind::InvalidArgument)
-    );
-    assert!(lane.request_buf().is_err(), "read while posted");
+    let request = lane.poll(Queue::Send, |_| panic!()).unwrap().unwrap();
+    let id = held(&request);
+    request.repost().unwrap();
     assert_eq!(
         super::model::BUSY.with(|b| b.borrow().get(&id).copied()),
         Some(1)
@@ -196,29 +204,57 @@ fn a_request_is_lent_once_and_a_duplicate_reaches_nothing() {
     // The same completion again: its slot's generation moved on.
     lane.provider().dev.push_not_owed(wc, false);
     let mut other = 0;
-    assert_eq!(lane.poll(Queue::Send, |_| other += 1).unwrap(), None);
+    assert!(lane.poll(Queue::Send, |_| other += 1).unwrap().is_none());
     assert_eq!(other, 0);
-    assert!(lane.request_buf().is_err());
+    drop(lane);
+    assert_eq!(engine.srq_posted(), 4);
 }
 
 #[test]
-fn a_request_left_unposted_is_dropped_by_the_next_poll() {
+fn a_request_not_posted_again_frees_its_slot_and_a_forgotten_one_leaks_it() {
     let (mut engine, _, replies, _) = engine();
     let mut lane = engine.srq_lane(&replies).unwrap();
+    // Dropped: its buffer dropped, its slot free; a duplicate of its
+    // completion reaches nothing.
     lane.provider().dev.complete_srq(0);
-    lane.poll(Queue::Send, |_| panic!()).unwrap().unwrap();
-    let first = lane.request_buf().unwrap().id;
-    // The next poll drops it, even one that finds nothing.
-    assert_eq!(lane.poll(Queue::Send, |_| panic!()).unwrap(), None);
+    let wc = *lane.provider().dev.qps[0].history.last().unwrap();
+    let request = lane.poll(Queue::Send, |_| panic!()).unwrap().unwrap();
+    let first = held(&request);
+    drop(request);
     assert!(model::dropped(first));
-    assert!(lane.request_buf().is_err());
-    assert!(lane.repost_request().is_err());
+    lane.provider().dev.push_not_owed(wc, false);
+    poll_none(&mut lane).unwrap();
+    // Dropped by a panic in its handler: the same.
     lane.provider().dev.complete_srq(0);
-    lane.poll(Queue::Send, |_| panic!()).unwrap().unwrap();
-    assert_ne!(lane.request_buf().unwrap().id, first);
-    lane.repost_request().unwrap();
+    let r = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
+        let request = lane.poll(Queue::Send, |_| panic!()).unwrap().unwrap();
+        let id = held(&request);
+        std::panic::panic_any(id)
+    }));
+    let second = *r.unwrap_err().downcast::<u64>().unwrap();
+    assert!(model::dropped(second));
+    // Forgotten: its slot stays lent, its buffer with it.
+    lane.provider().dev.complete_srq(0);
+    let request = lane.poll(Queue::Send, |_| panic!()).unwrap().unwrap();
+    let third = held(&request);
+    core::mem::forget(request);
+    // The lane goes on.
+    lane.provider().dev.complete_srq(0);
+    let request = lane.poll(Queue::Send, |_| panic!()).unwrap().unwrap();
+    request.repost().unwrap();
     drop(lane);
-    assert_eq!(engine.srq_posted(), 3);
+    assert!(!model::dropped(third));
+    // Two free slots (each listed once): two posts fit, a third does not.
+    assert_eq!(engine.srq_posted(), 2);
+    for _ in 0..2 {
+        let req = RecvRequest::new(super::run::buf());
+        engine.post_srq_recv(req).map_err(|e| e.error).unwrap();
+    }
+    let req = RecvRequest::new(super::run::buf());
+    let refused = engine.post_srq_recv(req).map_err(|e| e.error.kind());
+    assert_eq!(refused.err(), Some(ErrorKind::QueueFull));
+    drop(engine);
+    assert!(!model::dropped(third) || !busy(third));
 }
 
 #[test]
@@ -258,19 +294,22 @@ fn other_queue_pairs_requests_reach_the_callback_which_cannot_post_on_the_lane()
             post.post_prepared(other).unwrap();
             c.repost_recv().unwrap();
         })
-        .unwrap();
-    assert_eq!((got, seen), (None, alloc::vec![Some(qps[1])]));
+        .unwrap()
+        .is_some();
+    assert_eq!((got, seen), (false, alloc::vec![Some(qps[1])]));
     // A callback that panics leaves the lane whole.
     lane.provider().dev.complete_srq(1);
     let r = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
         lane.poll(Queue::Send, |_| {
             std::panic::resume_unwind(alloc::boxed::Box::new("cb"))
         })
+        .map(|r| r.is_some())
     }));
     assert!(r.is_err());
     reply(&mut lane).unwrap();
     lane.provider().dev.complete_srq(0);
-    assert_eq!(lane.poll(Queue::Send, |_| {}).unwrap(), Some(8));
+    let request = lane.poll(Queue::Send, |_| {}).unwrap().unwrap();
+    assert_eq!(request.byte_len(), 8);
 }
 
 #[test]
@@ -308,8 +347,9 @@ fn a_forgotten_lane_leaks_its_queue_pair_and_every_buffer_it_held() {
     let mut lane = engine.srq_lane(&replies).unwrap();
     reply(&mut lane).unwrap();
     lane.provider().dev.complete_srq(0);
-    lane.poll(Queue::Send, |_| {}).unwrap().unwrap();
-    let lent = lane.request_buf().unwrap().id;
+    let request = lane.poll(Queue::Send, |_| {}).unwrap().unwrap();
+    let lent = held(&request);
+    core::mem::forget(request);
     core::mem::forget(lane);
     for r in replies {
         assert!(
@@ -347,23 +387,29 @@ fn a_lane_dropped_after_its_ring_turned_names_each_post_by_its_reply() {
         reply(&mut lane).unwrap();
     }
     lane.provider().dev.complete(0, false, 4);
-    while lane.poll(Queue::Send, |_| panic!()).unwrap().is_some()
-        || !lane.provider().dev.cq.is_empty()
-    {}
-    // Posts 4, 5 and 6 use replies 4 (tag 14), 0 (10) and 1 (11).
+    while !lane.provider().dev.cq.is_empty() {
+        poll_none(&mut lane).unwrap();
+    }
+    // Posts 4, 5 and 6 use replies 4 (tag 14, the ring's last: signaled),
+    // 0 (10) and 1 (11, signaled: every second).
     for _ in 0..3 {
         reply(&mut lane).unwrap();
     }
     drop(lane);
-    engine.prov.dev.complete(0, false, 3);
+    engine.prov.dev.complete(0, false, 2);
     let mut tags = Vec::new();
     engine.poll(|c| tags.push(c.tag())).unwrap();
-    assert_eq!(tags, [14, 10]);
-    assert!(
-        engine.prepared_buf(b).is_err(),
-        "reply 1's post is in flight"
-    );
-    for r in [a, c, d, e] {
+    assert_eq!(tags, [14]);
+    // Reply 0's post completed unsignaled, not yet covered; reply 1's is
+    // in flight.
+    for r in [a, b] {
+        assert!(engine.prepared_buf(r).is_err(), "lent while in flight");
+    }
+    for r in [c, d, e] {
         engine.prepared_buf(r).unwrap();
     }
+    engine.prov.dev.complete(0, false, 1);
+    engine.poll(|c| tags.push(c.tag())).unwrap();
+    assert_eq!(tags, [14, 10, 11]);
+    engine.prepared_buf(b).unwrap();
 }

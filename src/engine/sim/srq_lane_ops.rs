@@ -1,7 +1,8 @@
 //! Shared-receive lanes as callers use them, in the random runs: started
 //! on every prepared send of one queue pair (refused unless they are
-//! enough and its send queue is idle); requests read, posted again or
-//! left; replies written and posted; polled while the device completes,
+//! enough and its send queue is idle); requests read, answered, then
+//! posted again, dropped, forgotten or dropped by a panic; replies
+//! written and posted without one; polled while the device completes,
 //! fails and forges requests of every queue pair; then dropped or
 //! forgotten. No reply is written and no request read while the device
 //! holds its buffer, and the model checks every buffer handed back.
@@ -11,10 +12,13 @@ use alloc::vec::Vec;
 use crate::engine::config::Queue;
 use crate::engine::prepared_table::PreparedSend;
 use crate::engine::qp_slot::QpId;
+use crate::engine::srq_request::SrqRequest;
 
 use super::alloc_count::counted;
+use super::device::{Sim, SimBuf};
 use super::lane_ops::{device_acts, take_back, OnOther};
 use super::model;
+use super::rng::Rng;
 use super::run::Run;
 
 impl Run {
@@ -40,43 +44,47 @@ impl Run {
             return;
         };
         let own = lane.qp();
+        let mut served = 0;
         for _ in 0..steps {
-            match rng.below(6) {
+            match rng.below(7) {
                 0 | 1 => {
-                    if let Ok(b) = counted(|| lane.next_reply()) {
-                        assert!(
-                            !model::busy(b.id),
-                            "seed {seed} step {step}: a reply written while the device holds it"
-                        );
-                        let _ = counted(|| lane.post_reply());
-                    }
+                    let _ = counted(|| {
+                        lane.reply_with(|b| {
+                            assert!(
+                                !model::busy(b.id),
+                                "seed {seed} step {step}: a reply written while the device holds it"
+                            )
+                        })
+                    });
                 }
-                2 => {
-                    if let Ok(b) = lane.request_buf() {
-                        assert!(
-                            !model::busy(b.id),
-                            "seed {seed} step {step}: a request read while the device holds it"
-                        );
-                    }
-                    if rng.chance(700) {
-                        let _ = counted(|| lane.repost_request());
-                    }
-                }
-                3 => {
+                2 | 3 => {
                     let on_other = OnOther::pick(rng).callback(&mut failed, own, seed, step);
                     let polled = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
                         counted(|| lane.poll(Queue::Send, on_other))
                     }));
-                    if let Ok(Err(e)) = polled {
-                        if e.wc_status().is_some() {
-                            failed.push(own);
+                    match polled {
+                        Ok(Ok(Some(request))) => {
+                            served += 1;
+                            serve(request, rng, seed, step)
                         }
+                        Ok(Err(e)) if e.wc_status().is_some() => failed.push(own),
+                        _ => {}
+                    }
+                }
+                4 => {
+                    // A request for the lane: a shared receive completed on
+                    // its queue pair (polled by a later step).
+                    if let Some(&(_, on)) = qps.iter().find(|(q, _)| *q == own) {
+                        lane.provider().dev.complete_srq(on);
                     }
                 }
                 _ => {
                     if device_acts(&mut lane.provider().dev, rng, qps) {
                         // Polled at once, as `forge` requires.
-                        let _ = lane.poll(Queue::Send, take_back(seed, step));
+                        if let Ok(Some(request)) = lane.poll(Queue::Send, take_back(seed, step)) {
+                            served += 1;
+                            serve(request, rng, seed, step);
+                        }
                     }
                 }
             }
@@ -88,6 +96,43 @@ impl Run {
             drop(lane);
         }
         self.report.srq_lanes += 1;
+        self.report.srq_requests += served;
         self.check_stopped(&failed);
+    }
+}
+
+/// A request read, perhaps answered, then posted again, dropped,
+/// forgotten (its slot leaked) or dropped by a panic.
+fn serve(mut request: SrqRequest<'_, SimBuf, Sim>, rng: &mut Rng, seed: u64, step: u64) {
+    let held = request.buf().map(|b| b.id);
+    if let Ok(id) = held {
+        assert!(
+            !model::busy(id),
+            "seed {seed} step {step}: a request read while the device holds it"
+        );
+    }
+    if rng.chance(600) {
+        let _ = counted(|| {
+            request.reply_with(|b| {
+                assert!(
+                    !model::busy(b.id),
+                    "seed {seed} step {step}: a reply written while the device holds it"
+                )
+            })
+        });
+    }
+    match rng.below(10) {
+        0 => drop(request),
+        1 => core::mem::forget(request),
+        2 => {
+            let panicked = std::panic::catch_unwind(core::panic::AssertUnwindSafe(move || {
+                let _held = request;
+                std::panic::resume_unwind(alloc::boxed::Box::new("handler"))
+            }));
+            assert!(panicked.is_err());
+        }
+        _ => {
+            let _ = counted(|| request.repost());
+        }
     }
 }

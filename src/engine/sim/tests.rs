@@ -27,7 +27,8 @@ fn sweep(hostile: bool) {
         .ok()
         .and_then(|v| v.parse::<u64>().ok());
     let base = if hostile { 1 << 32 } else { 0 };
-    let (mut total, mut posts, mut back, mut leaked, mut lanes, mut srq_lanes) = (0, 0, 0, 0, 0, 0);
+    let (mut total, mut posts, mut back, mut leaked, mut lanes) = (0, 0, 0, 0, 0);
+    let (mut srq_lanes, mut srq_requests) = (0, 0);
     for seed in (base..base + seeds).filter(|s| only.is_none_or(|o| o == *s)) {
         let r = std::panic::catch_unwind(|| run(Plan { seed, ops, hostile }));
         let r = r.unwrap_or_else(|e| {
@@ -44,9 +45,10 @@ fn sweep(hostile: bool) {
         leaked += r.leaked;
         lanes += r.lanes;
         srq_lanes += r.srq_lanes;
+        srq_requests += r.srq_requests;
     }
     std::println!(
-        "simulation ({}): {total} operations over {seeds} seeds, {posts} requests posted, {back} buffers handed back, {leaked} buffers leaked with their queue pairs (failed destroys, forgotten lanes), {lanes} lanes, {srq_lanes} shared-receive lanes",
+        "simulation ({}): {total} operations over {seeds} seeds, {posts} requests posted, {back} buffers handed back, {leaked} buffers leaked with their queue pairs (failed destroys, forgotten lanes), {lanes} lanes, {srq_lanes} shared-receive lanes serving {srq_requests} requests",
         if hostile { "hostile device" } else { "device within the specification" }
     );
 }

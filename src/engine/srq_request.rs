@@ -1,0 +1,187 @@
+//! A shared-receive lane's request (`srq_lane.rs`): one successful shared
+//! receive of the lane's queue pair, lent in its slot for as long as this
+//! value lives. It is read by copy, answered from the lane's ring of
+//! replies, and posted again in place, which consumes it; dropped without
+//! that, its slot is freed and its buffers dropped (the device is done
+//! with them); forgotten, the slot stays lent, leaked with its buffers.
+//! It borrows the lane, so it cannot outlive the lane's next poll, and
+//! nothing else can reach its slot meanwhile.
+
+use crate::error::{site, Error};
+use crate::memory::{HostBuf, NicBuf};
+
+use super::check::{cannot_send_on, post_hint};
+use super::doorbell::{self, Provider, ReplyAt, ReplyRing, Verbs};
+use super::id;
+use super::prepared_table::gone;
+use super::qp_slot::QpSlot;
+use super::srq::LentSlot;
+
+/// What a shared-receive lane answers with: its queue pair's slot (moved
+/// out of the engine for the lane's life) and the ring of replies. Post
+/// `seq` uses reply `seq % len`, the one at `next` being the next.
+pub(super) struct ReplySide<B, Q> {
+    pub(super) slot: QpSlot<Q>,
+    pub(super) ring: ReplyRing<B>,
+    pub(super) next: usize,
+    /// `id::ring(false, qp, 0)`: the replies' ids start here.
+    pub(super) send_ids: u64,
+}
+
+impl<B: NicBuf, Q> ReplySide<B, Q> {
+    /// The next reply, to fill and post. Refused when the send queue is
+    /// full or the queue pair not ready to send.
+    #[inline(always)]
+    pub(super) fn next_reply(&mut self) -> Result<NextReply<'_, B, Q>, Error> {
+        let slot = &mut self.slot;
+        if slot.send.len() >= slot.send_room {
+            return Err(cannot_send_on(slot));
+        }
+        let len = self.ring.len();
+        // Reply `next`'s last post is `len` posts back or older: retired,
+        // as the room check above found fewer in flight.
+        let reply = self.ring.at(self.next).ok_or_else(gone)?;
+        Ok(NextReply {
+            reply,
+            slot,
+            next: &mut self.next,
+            len,
+            send_ids: self.send_ids,
+        })
+    }
+}
+
+/// The lane's next reply, found idle by [`ReplySide::next_reply`]: its
+/// buffer to fill, then its post.
+pub(super) struct NextReply<'a, B, Q> {
+    pub(super) reply: ReplyAt<'a, B>,
+    slot: &'a mut QpSlot<Q>,
+    next: &'a mut usize,
+    len: usize,
+    send_ids: u64,
+}
+
+impl<B, Q> NextReply<'_, B, Q> {
+    /// Posts it (signaled as the ring says); the one after it is next.
+    #[inline(always)]
+    pub(super) fn post<P: Provider<Qp = Q>>(self, prov: &mut P) -> Result<(), Error> {
+        let qp = self.slot.qp.as_ref().ok_or_else(gone)?;
+        let wr_id = id::ring_at(self.send_ids, self.slot.send.next_seq());
+        self.reply.post_send(prov, qp, wr_id).map_err(post_hint)?;
+        self.slot.send.push_filled();
+        let at = *self.next + 1;
+        *self.next = if at == self.len { 0 } else { at };
+        Ok(())
+    }
+}
+
+/// A request of a shared-receive lane: see [`SrqLane::poll`](super::srq_lane::SrqLane::poll).
+/// It borrows the lane, and posting it again consumes it, so a request
+/// read or posted again after the lane's next poll, or posted again
+/// twice, does not compile:
+///
+/// ```compile_fail
+/// # fn f(lane: &mut verbs::SrqLane<'_, verbs::ArenaBuf>) -> Result<(), verbs::Error> {
+/// let first = lane.poll(verbs::Queue::Send, |_| {})?;
+/// let second = lane.poll(verbs::Queue::Send, |_| {})?; // the lane is borrowed
+/// drop((first, second));
+/// # Ok(()) }
+/// ```
+///
+/// ```compile_fail
+/// # fn f(lane: &mut verbs::SrqLane<'_, verbs::ArenaBuf>) -> Result<(), verbs::Error> {
+/// if let Some(request) = lane.poll(verbs::Queue::Send, |_| {})? {
+///     request.repost()?;
+///     request.repost()?; // moved by the first
+/// }
+/// # Ok(()) }
+/// ```
+///
+/// ```
+/// # fn f(lane: &mut verbs::SrqLane<'_, verbs::ArenaBuf>) -> Result<(), verbs::Error> {
+/// if let Some(request) = lane.poll(verbs::Queue::Send, |_| {})? {
+///     request.repost()?;
+/// }
+/// let next = lane.poll(verbs::Queue::Send, |_| {})?; // the first is gone
+/// # drop(next);
+/// # Ok(()) }
+/// ```
+pub struct SrqRequest<'l, B: NicBuf, P: Provider = Verbs> {
+    pub(super) lent: LentSlot<'l, B, P::Srq>,
+    pub(super) prov: &'l mut P,
+    pub(super) side: &'l mut ReplySide<B, P::Qp>,
+    pub(super) byte_len: u32,
+}
+
+#[cold]
+fn no_buffer() -> Error {
+    Error::invalid(site!(
+        "srq_lane request",
+        "the receive has no buffer",
+        "post shared receives with one (RecvRequest::new)"
+    ))
+}
+
+impl<B: NicBuf, P: Provider> SrqRequest<'_, B, P> {
+    /// The bytes the request carried.
+    pub fn byte_len(&self) -> u32 {
+        self.byte_len
+    }
+
+    /// The request's first buffer.
+    #[inline(always)]
+    pub(super) fn buf(&self) -> Result<&B, Error> {
+        self.lent.slot.sgl.first().ok_or_else(no_buffer)
+    }
+
+    /// Fills the next reply with `fill` and posts it (as `reply` does).
+    #[cfg(test)]
+    pub(super) fn reply_with(&mut self, fill: impl FnOnce(&mut B)) -> Result<(), Error> {
+        let next = self.side.next_reply()?;
+        fill(next.reply.buf);
+        next.post(self.prov)
+    }
+
+    /// Posts the request's receive again, in its slot of the shared
+    /// receive queue (the same buffers and entries). If the device refuses
+    /// it, the slot is freed and its buffers dropped, as when the request
+    /// is dropped.
+    #[inline(always)]
+    pub fn repost(mut self) -> Result<(), Error> {
+        let lent = &mut self.lent;
+        let id = lent.slot.next_id();
+        doorbell::srq_repost(self.prov, lent.srq, lent.slot, id)?;
+        lent.slot.reposted(id);
+        // Posted: nothing is left to release.
+        core::mem::forget(self);
+        Ok(())
+    }
+}
+
+impl<B: HostBuf, P: Provider> SrqRequest<'_, B, P> {
+    /// Copies from the request's first buffer, at `offset`, into `dst`.
+    #[inline(always)]
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
+        self.buf()?.read_at(offset, dst)
+    }
+
+    /// Copies `src` into the next reply's buffer at `offset` and posts it,
+    /// unsignaled unless the ring's turn asks for a completion (every
+    /// half queue): an unsignaled reply completes, and is counted, with
+    /// the next signaled one. Refused when the send queue is full, or the
+    /// queue pair not ready to send.
+    #[inline(always)]
+    pub fn reply(&mut self, offset: usize, src: &[u8]) -> Result<(), Error> {
+        let next = self.side.next_reply()?;
+        next.reply.buf.write_at(offset, src)?;
+        next.post(self.prov)
+    }
+}
+
+impl<B: NicBuf, P: Provider> core::fmt::Debug for SrqRequest<'_, B, P> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SrqRequest")
+            .field("byte_len", &self.byte_len)
+            .finish_non_exhaustive()
+    }
+}
