@@ -26,12 +26,14 @@
 //! or with a reply built per request (`CompletionRef::reply`, as
 //! `examples/rpc` does): each costs more per request (docs/PERF.md).
 
+use std::cell::Cell;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 
 use verbs::{
-    Arena, ArenaBuf, ArenaConfig, Context, Endpoint, Engine, EngineConfig, Error, Gid, Mtu,
-    PreparedSend, ProtectionDomain, QpConfig, Queue, RecvRequest, SendOp, SendRequest, SrqConfig,
+    Arena, ArenaBuf, ArenaConfig, CompletionRef, Context, Endpoint, Engine, EngineConfig, Error,
+    Gid, Mtu, PreparedSend, ProtectionDomain, QpConfig, Queue, RecvRequest, SendOp, SendRequest,
+    SrqConfig,
 };
 
 const MSG: usize = 32;
@@ -120,16 +122,16 @@ fn main() -> Result<(), Error> {
     // The loop: a lane holds the queue pair and answers from the ring.
     let mut lane = engine.srq_lane(&ring)?;
     let mut replies = 0u64;
-    let mut failed = None;
+    // Not the lane's: a failed receive, or another queue pair's.
+    let failed = Cell::new(None);
+    let mut on_other = |c: CompletionRef<'_, ArenaBuf>| {
+        if let Err(e) = c.result() {
+            failed.set(Some(e));
+        }
+    };
     while replies < n {
-        let request = lane.poll(Queue::Send, |c| {
-            // Not the lane's: a failed receive, or another queue pair's.
-            if let Err(e) = c.result() {
-                failed.get_or_insert(e);
-            }
-        })?;
-        let Some(mut request) = request else {
-            if let Some(e) = failed {
+        let Some(mut request) = lane.poll(Queue::Send, &mut on_other)? else {
+            if let Some(e) = failed.get() {
                 return Err(e);
             }
             continue;

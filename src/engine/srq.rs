@@ -181,7 +181,6 @@ impl<B, S> SrqSlots<B, S> {
             srq: &self.srq,
             slot,
             free: &mut self.free,
-            index,
         })
     }
 
@@ -244,12 +243,22 @@ pub(crate) struct LentSlot<'a, B, S> {
     pub(crate) srq: &'a S,
     pub(crate) slot: &'a mut SrqSlot<B>,
     free: &'a mut Vec<u32>,
-    index: u32,
 }
 
 impl<B, S> Drop for LentSlot<'_, B, S> {
+    #[inline(always)]
     fn drop(&mut self) {
-        self.free.push(self.index);
-        drop(core::mem::take(&mut self.slot.sgl));
+        release(self.free, self.slot);
     }
+}
+
+/// Frees a lent slot that was not posted again, its buffers dropped. Out
+/// of line and given the parts, so the request that holds them stays in
+/// registers on the path that posts it again.
+#[cold]
+#[inline(never)]
+fn release<B>(free: &mut Vec<u32>, slot: &mut SrqSlot<B>) {
+    // Its id names it (`UNPOSTED` flipped back).
+    free.push(id::srq_slot_bits(slot.next_id()));
+    drop(core::mem::take(&mut slot.sgl));
 }

@@ -107,11 +107,11 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         let slot = &self.qps[qp as usize];
         slot.qp.as_ref().ok_or_else(gone)?;
         let depth = slot.send.capacity();
-        if (replies.len() as u64) < depth {
+        if (replies.len() as u64) < depth || !replies.len().is_power_of_two() {
             return Err(Error::invalid(site!(
                 "srq_lane",
-                "fewer replies than the send queue holds posts",
-                "prepare one reply per QpConfig::max_send_wr (as granted)"
+                "the replies are fewer than the send queue holds posts, or not a power of two",
+                "prepare one reply per QpConfig::max_send_wr (as granted), rounded up to a power of two"
             )));
         }
         if slot.send.len() != 0 {
@@ -154,7 +154,6 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             side: ReplySide {
                 slot,
                 ring,
-                next: 0,
                 send_ids: id::ring(false, qp, 0),
             },
             first_seq,
@@ -275,12 +274,7 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
 
     /// Which reply post `seq` (posted by this lane) used.
     fn reply_of(&self, seq: u64) -> usize {
-        reply_at(
-            self.side.next,
-            self.side.slot.send.next_seq(),
-            seq,
-            self.replies.len(),
-        )
+        self.side.ring.index_of(seq)
     }
 
     /// Fills the next reply with `fill` and posts it, without a request
@@ -306,13 +300,6 @@ impl<B: HostBuf, P: Provider> SrqLane<'_, B, P> {
     }
 }
 
-/// The reply post `seq` used, when the post at `tail` uses reply `next`
-/// of `len` (replies are used in turn).
-fn reply_at(next: usize, tail: u64, seq: u64, len: usize) -> usize {
-    let back = ((tail - seq) % len as u64) as usize;
-    (next + len - back) % len
-}
-
 impl<B: NicBuf, P: Provider> Drop for SrqLane<'_, B, P> {
     /// Gives each reply still in flight an entry again (out of the lane's
     /// reservation, whose rest is returned), puts the queue pair's slot and
@@ -324,8 +311,9 @@ impl<B: NicBuf, P: Provider> Drop for SrqLane<'_, B, P> {
         // The room it held: the send queue's depth.
         e.flights[0].unreserve(side.slot.send.capacity() as u32);
         let (replies, sends) = (&self.replies, &e.prepared.sends);
-        let (tail, next) = (side.slot.send.next_seq(), side.next);
-        let reply_of = |seq: u64| replies[reply_at(next, tail, seq, replies.len())];
+        let tail = side.slot.send.next_seq();
+        let mask = replies.len() - 1;
+        let reply_of = |seq: u64| replies[seq as usize & mask];
         e.flights[0].adopt(&mut side.slot.send, |seq| {
             let r = reply_of(seq);
             let s = &sends[r.index as usize];
@@ -344,11 +332,7 @@ impl<B: NicBuf, P: Provider> Drop for SrqLane<'_, B, P> {
         // the queue pair's next signal decision counts on.
         let posted = tail - self.first_seq;
         if posted > 0 {
-            let len = side.ring.len();
-            let signaled = |k: u64| {
-                side.ring
-                    .signaled((next + len - 1 - (k as usize % len)) % len)
-            };
+            let signaled = |k: u64| side.ring.signaled(side.ring.index_of(tail - 1 - k));
             side.slot.unsignaled_run = (0..posted).take_while(|&k| !signaled(k)).count() as u64;
         }
         core::mem::swap(&mut side.slot, &mut e.qps[self.qp as usize]);

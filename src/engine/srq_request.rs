@@ -18,12 +18,11 @@ use super::qp_slot::QpSlot;
 use super::srq::LentSlot;
 
 /// What a shared-receive lane answers with: its queue pair's slot (moved
-/// out of the engine for the lane's life) and the ring of replies. Post
-/// `seq` uses reply `seq % len`, the one at `next` being the next.
+/// out of the engine for the lane's life) and the ring of replies (post
+/// `seq` uses reply `seq % len`).
 pub(super) struct ReplySide<B, Q> {
     pub(super) slot: QpSlot<Q>,
     pub(super) ring: ReplyRing<B>,
-    pub(super) next: usize,
     /// `id::ring(false, qp, 0)`: the replies' ids start here.
     pub(super) send_ids: u64,
 }
@@ -37,16 +36,14 @@ impl<B: NicBuf, Q> ReplySide<B, Q> {
         if slot.send.len() >= slot.send_room {
             return Err(cannot_send_on(slot));
         }
-        let len = self.ring.len();
-        // Reply `next`'s last post is `len` posts back or older: retired,
-        // as the room check above found fewer in flight.
-        let reply = self.ring.at(self.next).ok_or_else(gone)?;
+        let seq = slot.send.next_seq();
+        // The reply post `seq` uses was last posted `len` posts back or
+        // earlier: retired, as the room check above found fewer in flight.
+        let reply = self.ring.for_post(seq).ok_or_else(gone)?;
         Ok(NextReply {
             reply,
             slot,
-            next: &mut self.next,
-            len,
-            send_ids: self.send_ids,
+            wr_id: id::ring_at(self.send_ids, seq),
         })
     }
 }
@@ -56,21 +53,18 @@ impl<B: NicBuf, Q> ReplySide<B, Q> {
 pub(super) struct NextReply<'a, B, Q> {
     pub(super) reply: ReplyAt<'a, B>,
     slot: &'a mut QpSlot<Q>,
-    next: &'a mut usize,
-    len: usize,
-    send_ids: u64,
+    wr_id: u64,
 }
 
 impl<B, Q> NextReply<'_, B, Q> {
-    /// Posts it (signaled as the ring says); the one after it is next.
+    /// Posts it (signaled as the ring says).
     #[inline(always)]
     pub(super) fn post<P: Provider<Qp = Q>>(self, prov: &mut P) -> Result<(), Error> {
         let qp = self.slot.qp.as_ref().ok_or_else(gone)?;
-        let wr_id = id::ring_at(self.send_ids, self.slot.send.next_seq());
-        self.reply.post_send(prov, qp, wr_id).map_err(post_hint)?;
+        self.reply
+            .post_send(prov, qp, self.wr_id)
+            .map_err(post_hint)?;
         self.slot.send.push_filled();
-        let at = *self.next + 1;
-        *self.next = if at == self.len { 0 } else { at };
         Ok(())
     }
 }

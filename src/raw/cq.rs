@@ -152,10 +152,11 @@ impl RawCq {
         // SAFETY: live CQ; `out` is valid for one write of `ibv_wc`
         // (MaybeUninit is a transparent wrapper).
         let got = unsafe { sys::verbs_shim_poll_cq(self.ptr.as_ptr(), 1, out.as_mut_ptr()) };
-        if got == 0 {
-            return Ok(None);
-        }
+        // One first: the poll a loop acts on.
         if got != 1 {
+            if got == 0 {
+                return Ok(None);
+            }
             // An error, or a provider that claims more than one: one.
             poll_refused(got, 1)?;
         }

@@ -17,7 +17,8 @@ struct Reply<B> {
     sgl: Sgl<B>,
 }
 
-/// The replies, used in turn. Each copy points at its prepared entry's
+/// The replies, a power of two of them, used in turn: post `seq` uses
+/// reply `seq % len`. Each copy points at its prepared entry's
 /// own scatter/gather block, which stays put while the lane lives: the
 /// lane borrows its engine (`&mut`) for its whole life, so no entry can be
 /// released, lent or rebuilt meanwhile. Reply `i` asks for a completion
@@ -25,6 +26,8 @@ struct Reply<B> {
 /// in turn, no more than `every - 1` posts in a row go unsignaled.
 pub(crate) struct ReplyRing<B> {
     replies: Box<[Reply<B>]>,
+    /// `replies.len() - 1`: the length is a power of two.
+    mask: usize,
 }
 
 impl<B> ReplyRing<B> {
@@ -35,6 +38,7 @@ impl<B> ReplyRing<B> {
         every: u64,
     ) -> ReplyRing<B> {
         let len = replies.len();
+        assert!(len.is_power_of_two(), "a ring of replies is a power of two");
         let replies: Vec<_> = replies
             .enumerate()
             .map(|(i, (r, sgl))| {
@@ -50,12 +54,14 @@ impl<B> ReplyRing<B> {
             .collect();
         ReplyRing {
             replies: replies.into_boxed_slice(),
+            mask: len - 1,
         }
     }
 
-    /// How many replies.
-    pub(crate) fn len(&self) -> usize {
-        self.replies.len()
+    /// The reply post `seq` uses.
+    #[inline(always)]
+    pub(crate) fn index_of(&self, seq: u64) -> usize {
+        seq as usize & self.mask
     }
 
     /// Whether reply `at` asks for a completion.
@@ -63,11 +69,14 @@ impl<B> ReplyRing<B> {
         self.replies[at].wr.send_flags.contains(F::SIGNALED)
     }
 
-    /// Reply `at`, to write and post; `None` past the ring or when it has
+    /// The reply post `seq` uses, to write and post; `None` when it has
     /// no buffer.
     #[inline(always)]
-    pub(crate) fn at(&mut self, at: usize) -> Option<ReplyAt<'_, B>> {
-        let reply = self.replies.get_mut(at)?;
+    pub(crate) fn for_post(&mut self, seq: u64) -> Option<ReplyAt<'_, B>> {
+        let at = self.index_of(seq);
+        // SAFETY: `at` is masked by `mask`, one less than the length, a
+        // power of two (`new`): below the length.
+        let reply = unsafe { self.replies.get_unchecked_mut(at) };
         Some(ReplyAt {
             buf: reply.sgl.buf_mut(0)?,
             wr: &mut reply.wr,

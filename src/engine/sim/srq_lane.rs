@@ -168,9 +168,14 @@ fn a_start_with_the_wrong_replies_is_refused() {
     );
     engine.prov.dev.complete(0, false, 1);
     engine.poll(|_| {}).unwrap();
-    // Five is fine: more replies than the queue holds.
-    let e = prepare(&mut engine, qps[0], 0);
-    assert!(engine.srq_lane(&[a, b, c, d, e]).is_ok());
+    // Eight is fine: more replies than the queue holds, a power of two;
+    // five is not.
+    let [e, f, g, h] = [14, 15, 16, 17].map(|tag| prepare(&mut engine, qps[0], tag));
+    assert_eq!(
+        refused(&mut engine, &[a, b, c, d, e]),
+        ErrorKind::InvalidArgument
+    );
+    assert!(engine.srq_lane(&[a, b, c, d, e, f, g, h]).is_ok());
     // Without a shared receive queue.
     let mut plain: SimEngine = Engine::assemble(
         Sim {
@@ -381,17 +386,20 @@ fn a_forgotten_lane_leaks_its_queue_pair_and_every_buffer_it_held() {
 #[test]
 fn a_lane_dropped_after_its_ring_turned_names_each_post_by_its_reply() {
     let (mut engine, qps, [a, b, c, d], _) = engine();
-    let e = prepare(&mut engine, qps[0], 14);
-    let mut lane = engine.srq_lane(&[a, b, c, d, e]).unwrap();
-    for _ in 0..4 {
-        reply(&mut lane).unwrap();
+    let more = [14, 15, 16, 17].map(|tag| prepare(&mut engine, qps[0], tag));
+    let ring = [a, b, c, d, more[0], more[1], more[2], more[3]];
+    let mut lane = engine.srq_lane(&ring).unwrap();
+    for _ in 0..2 {
+        for _ in 0..4 {
+            reply(&mut lane).unwrap();
+        }
+        lane.provider().dev.complete(0, false, 4);
+        while !lane.provider().dev.cq.is_empty() {
+            poll_none(&mut lane).unwrap();
+        }
     }
-    lane.provider().dev.complete(0, false, 4);
-    while !lane.provider().dev.cq.is_empty() {
-        poll_none(&mut lane).unwrap();
-    }
-    // Posts 4, 5 and 6 use replies 4 (tag 14, the ring's last: signaled),
-    // 0 (10) and 1 (11, signaled: every second).
+    // Posts 8, 9 and 10 use replies 0 (tag 10), 1 (11, signaled: every
+    // second) and 2 (12).
     for _ in 0..3 {
         reply(&mut lane).unwrap();
     }
@@ -399,17 +407,15 @@ fn a_lane_dropped_after_its_ring_turned_names_each_post_by_its_reply() {
     engine.prov.dev.complete(0, false, 2);
     let mut tags = Vec::new();
     engine.poll(|c| tags.push(c.tag())).unwrap();
-    assert_eq!(tags, [14]);
-    // Reply 0's post completed unsignaled, not yet covered; reply 1's is
-    // in flight.
-    for r in [a, b] {
-        assert!(engine.prepared_buf(r).is_err(), "lent while in flight");
-    }
-    for r in [c, d, e] {
+    assert_eq!(tags, [10, 11]);
+    assert!(
+        engine.prepared_buf(c).is_err(),
+        "reply 2's post is in flight"
+    );
+    for r in [a, b, d] {
         engine.prepared_buf(r).unwrap();
     }
-    engine.prov.dev.complete(0, false, 1);
-    engine.poll(|c| tags.push(c.tag())).unwrap();
-    assert_eq!(tags, [14, 10, 11]);
-    engine.prepared_buf(b).unwrap();
+    for r in more {
+        engine.prepared_buf(r).unwrap();
+    }
 }

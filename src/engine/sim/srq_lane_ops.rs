@@ -34,6 +34,12 @@ impl Run {
             .filter(|(_, h)| *h == home)
             .map(|(p, _)| *p)
             .collect();
+        // A power of two of them (at times all, refused unless that).
+        let mut replies = replies;
+        if !self.rng.chance(100) && !replies.is_empty() {
+            let pow = 1usize << replies.len().ilog2();
+            replies.truncate(pow);
+        }
         let steps = 1 + self.rng.below(24);
         let forget = self.rng.chance(200);
         let Run {
