@@ -57,6 +57,13 @@ impl<B> SrqSlot<B> {
         self.id = id;
     }
 
+    /// The post of `id` (its `next_id`, marked by `reposted`) was
+    /// refused: not posted, the same id next.
+    #[cold]
+    pub(crate) fn refused(&mut self, id: u64) {
+        self.id = id ^ UNPOSTED;
+    }
+
     /// The receive this slot's `id` names completed: no longer posted, its
     /// next post at the next generation.
     #[inline(always)]

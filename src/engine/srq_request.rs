@@ -144,8 +144,13 @@ impl<B: NicBuf, P: Provider> SrqRequest<'_, B, P> {
     pub fn repost(mut self) -> Result<(), Error> {
         let lent = &mut self.lent;
         let id = lent.slot.next_id();
-        doorbell::srq_repost(self.prov, lent.srq, lent.slot, id)?;
+        // Marked first (no completion can come before the post returns:
+        // polls need the lane), so nothing is reloaded after the call.
         lent.slot.reposted(id);
+        if let Err(e) = doorbell::srq_repost(self.prov, lent.srq, lent.slot, id) {
+            lent.slot.refused(id);
+            return Err(e);
+        }
         // Posted: nothing is left to release.
         core::mem::forget(self);
         Ok(())
