@@ -33,7 +33,7 @@ use std::net::TcpListener;
 use verbs::{
     Arena, ArenaBuf, ArenaConfig, CompletionRef, Context, Endpoint, Engine, EngineConfig, Error,
     Gid, Mtu, PreparedSend, ProtectionDomain, QpConfig, Queue, RecvRequest, SendOp, SendRequest,
-    SrqConfig,
+    SrqConfig, SrqLane,
 };
 
 const MSG: usize = 32;
@@ -121,7 +121,11 @@ fn main() -> Result<(), Error> {
 
     // The loop: a lane holds the queue pair and answers from the ring.
     let mut lane = engine.srq_lane(&ring)?;
-    let mut replies = 0u64;
+    serve(&mut lane, n)
+}
+
+/// Answers `n` requests: each one's 8-byte id copied into the next reply.
+fn serve(lane: &mut SrqLane<'_, ArenaBuf>, n: u64) -> Result<(), Error> {
     // Not the lane's: a failed receive, or another queue pair's.
     let failed = Cell::new(None);
     let mut on_other = |c: CompletionRef<'_, ArenaBuf>| {
@@ -129,6 +133,7 @@ fn main() -> Result<(), Error> {
             failed.set(Some(e));
         }
     };
+    let mut replies = 0u64;
     while replies < n {
         let Some(mut request) = lane.poll(Queue::Send, &mut on_other)? else {
             if let Some(e) = failed.get() {
