@@ -52,7 +52,7 @@ impl Run {
         let own = lane.qp();
         let mut served = 0;
         for _ in 0..steps {
-            match rng.below(7) {
+            match rng.below(8) {
                 0 | 1 => {
                     let _ = counted(|| {
                         lane.reply_with(|b| {
@@ -77,7 +77,7 @@ impl Run {
                         _ => {}
                     }
                 }
-                4 => {
+                4 | 5 => {
                     // A request for the lane: a shared receive completed on
                     // its queue pair (polled by a later step).
                     if let Some(&(_, on)) = qps.iter().find(|(q, _)| *q == own) {
