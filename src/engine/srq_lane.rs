@@ -281,9 +281,7 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
     /// (as a request's `reply` does).
     #[cfg(test)]
     pub(super) fn reply_with(&mut self, fill: impl FnOnce(&mut B)) -> Result<(), Error> {
-        let next = self.side.next_reply()?;
-        fill(next.reply.buf);
-        next.post(&mut self.engine.prov)
+        self.side.fill_and_post(&mut self.engine.prov, fill)
     }
 }
 
@@ -294,9 +292,7 @@ impl<B: HostBuf, P: Provider> SrqLane<'_, B, P> {
     /// the queue pair not ready to send.
     #[inline(always)]
     pub fn send(&mut self, offset: usize, src: &[u8]) -> Result<(), Error> {
-        let next = self.side.next_reply()?;
-        next.reply.buf.write_at(offset, src)?;
-        next.post(&mut self.engine.prov)
+        self.side.send(&mut self.engine.prov, offset, src)
     }
 }
 

@@ -48,6 +48,36 @@ impl<B: NicBuf, Q> ReplySide<B, Q> {
     }
 }
 
+impl<B: HostBuf, Q> ReplySide<B, Q> {
+    /// Copies `src` into the next reply's buffer at `offset` and posts it.
+    #[inline(always)]
+    pub(super) fn send<P: Provider<Qp = Q>>(
+        &mut self,
+        prov: &mut P,
+        offset: usize,
+        src: &[u8],
+    ) -> Result<(), Error> {
+        let next = self.next_reply()?;
+        next.reply.buf.write_at(offset, src)?;
+        next.post(prov)
+    }
+}
+
+impl<B: NicBuf, Q> ReplySide<B, Q> {
+    /// Fills the next reply's buffer with `fill` and posts it (the sim's
+    /// buffers are not host memory).
+    #[cfg(test)]
+    pub(super) fn fill_and_post<P: Provider<Qp = Q>>(
+        &mut self,
+        prov: &mut P,
+        fill: impl FnOnce(&mut B),
+    ) -> Result<(), Error> {
+        let next = self.next_reply()?;
+        fill(next.reply.buf);
+        next.post(prov)
+    }
+}
+
 /// The lane's next reply, found idle by [`ReplySide::next_reply`]: its
 /// buffer to fill, then its post.
 pub(super) struct NextReply<'a, B, Q> {
@@ -131,9 +161,7 @@ impl<B: NicBuf, P: Provider> SrqRequest<'_, B, P> {
     /// Fills the next reply with `fill` and posts it (as `reply` does).
     #[cfg(test)]
     pub(super) fn reply_with(&mut self, fill: impl FnOnce(&mut B)) -> Result<(), Error> {
-        let next = self.side.next_reply()?;
-        fill(next.reply.buf);
-        next.post(self.prov)
+        self.side.fill_and_post(self.prov, fill)
     }
 
     /// Posts the request's receive again, in its slot of the shared
@@ -171,9 +199,7 @@ impl<B: HostBuf, P: Provider> SrqRequest<'_, B, P> {
     /// queue pair not ready to send.
     #[inline(always)]
     pub fn reply(&mut self, offset: usize, src: &[u8]) -> Result<(), Error> {
-        let next = self.side.next_reply()?;
-        next.reply.buf.write_at(offset, src)?;
-        next.post(self.prov)
+        self.side.send(self.prov, offset, src)
     }
 }
 
