@@ -3,7 +3,8 @@
 //! prepared replies and posts the receive again in its slot, request
 //! after request, without a heap operation once warm; and a reply refused
 //! while the send queue is full, its buffer (the NIC may still be reading
-//! it) untouched.
+//! it) untouched; and a request dropped instead of posted again, its slot
+//! freed.
 
 mod support;
 
@@ -154,4 +155,69 @@ fn a_reply_is_refused_while_the_send_queue_is_full_and_its_buffer_left_alone() {
             .unwrap();
     }
     assert_eq!(last, Some(0x77));
+}
+
+/// A request dropped instead of posted again (its handler gave up on it)
+/// frees its slot: the next request still arrives and is answered, and
+/// once the lane is dropped the shared receive queue holds one receive
+/// fewer, until one is posted again into the freed slot.
+#[test]
+fn a_request_dropped_unposted_frees_its_slot_and_the_next_is_answered() {
+    let ctx = support::test_context("a_request_dropped_unposted_frees_its_slot");
+    let pd = ProtectionDomain::new(&ctx).unwrap();
+    let (mut server, mut client, s, c) = support::srq_server_and_client(&pd, SRQ_DEPTH, MSG);
+    let ring = replies(&pd, &mut server, s);
+    client
+        .post_recv(c, RecvRequest::new(buf(&pd)))
+        .map_err(|e| e.error)
+        .unwrap();
+    for k in 0..2u8 {
+        let mut request = buf(&pd);
+        request.write_at(0, &[k; MSG]).unwrap();
+        client
+            .post_send(c, SendRequest::new(SendOp::Send, request))
+            .map_err(|e| e.error)
+            .unwrap();
+    }
+    let mut lane = server.srq_lane(&ring).unwrap();
+    let deadline = support::deadline();
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        assert!(!deadline.passed(), "requests seen: {seen:?}");
+        let polled = lane.poll(Queue::Send, |c| panic!("not the lane's: {:?}", c.result()));
+        if let Some(mut request) = polled.unwrap() {
+            let mut first = [0u8; 1];
+            request.read(0, &mut first).unwrap();
+            seen.push(first[0]);
+            if first[0] == 0 {
+                drop(request);
+            } else {
+                request.reply(0, &[0xAB; MSG]).unwrap();
+                request.repost().unwrap();
+            }
+        }
+    }
+    assert_eq!(seen, [0, 1], "requests in order");
+    let mut answer = None;
+    while answer.is_none() {
+        assert!(!deadline.passed(), "the answer did not arrive");
+        client
+            .poll(|done| {
+                done.result().unwrap();
+                if done.is_recv() {
+                    let mut first = [0u8; 1];
+                    done.buf().unwrap().read_at(0, &mut first).unwrap();
+                    answer = Some(first[0]);
+                }
+            })
+            .unwrap();
+    }
+    assert_eq!(answer, Some(0xAB));
+    drop(lane);
+    assert_eq!(server.srq_posted(), SRQ_DEPTH as usize - 1);
+    server
+        .post_srq_recv(RecvRequest::new(buf(&pd)))
+        .map_err(|e| e.error)
+        .unwrap();
+    assert_eq!(server.srq_posted(), SRQ_DEPTH as usize);
 }
