@@ -208,6 +208,9 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
             self.not_request(wc, &mut on_other)?;
             return Ok(None);
         }
+        // Asked again: a borrow returned on one path would hold `self` on
+        // the other (the router's) too. The compiler folds the two asks
+        // into one comparison (critpath's listing).
         let e = &mut *self.engine;
         let Some(lent) = e.srq.as_mut().and_then(|s| s.lend_in_place(wc.wr_id)) else {
             return Ok(None);
