@@ -8,8 +8,10 @@
 //! callback reads them there, posts the slot again in place (its entries
 //! as its first post built them), or takes them out; what it leaves is
 //! dropped when it returns, the slot free. A shared-receive lane's
-//! request (`srq_request.rs`) holds its slot the same way, as a
-//! [`LentSlot`], until it is posted again or dropped.
+//! request (`srq_request.rs`) holds its slot as a [`LentSlot`] until it
+//! is posted again or dropped, and the slot's id stays its receive's
+//! meanwhile: the request borrows the lane, so no completion is polled
+//! while it lives, and the next post or the release moves the id on.
 //!
 //! A slot keeps one id: while posted, its receive's; otherwise the one
 //! its next post uses, with [`id::UNPOSTED`] flipped. A completion's id
@@ -39,8 +41,8 @@ pub(crate) struct SrqSlot<B> {
     /// slot is posted again only by a post that builds them anew.
     pub(crate) sges: [MaybeUninit<sys::ibv_sge>; MAX_SGE],
     pub(crate) num_sge: i32,
-    /// While posted, its receive's id; otherwise the id its next post
-    /// uses, `UNPOSTED` flipped.
+    /// While posted (or lent to a lane's request), its receive's id;
+    /// otherwise the id its next post uses, `UNPOSTED` flipped.
     id: u64,
 }
 
@@ -51,17 +53,18 @@ impl<B> SrqSlot<B> {
         self.id ^ UNPOSTED
     }
 
-    /// The slot was posted again in place with `id` (its `next_id`).
+    /// The id of the slot's next post, for a slot lent in place: its
+    /// receive's id (still the slot's) at the next generation.
+    #[inline(always)]
+    pub(crate) fn next_in_place(&self) -> u64 {
+        id::next_generation(self.id)
+    }
+
+    /// The slot was posted again in place with `id` (its `next_id`, or
+    /// its `next_in_place`).
     #[inline(always)]
     pub(crate) fn reposted(&mut self, id: u64) {
         self.id = id;
-    }
-
-    /// The post of `id` (its `next_id`, marked by `reposted`) was
-    /// refused: not posted, the same id next.
-    #[cold]
-    pub(crate) fn refused(&mut self, id: u64) {
-        self.id = id ^ UNPOSTED;
     }
 
     /// The receive this slot's `id` names completed: no longer posted, its
@@ -176,14 +179,13 @@ impl<B, S> SrqSlots<B, S> {
         Some(s.tag)
     }
 
-    /// Completes the receive a completion's `id` names, as `lend` does,
-    /// lent instead to the returned [`LentSlot`]. `None` for an id that
-    /// names no posted receive.
+    /// Completes the receive a completion's `id` names, lent to the
+    /// returned [`LentSlot`] with its id unchanged (see the module's
+    /// notes). `None` for an id that names no posted receive.
     #[inline(always)]
     pub(crate) fn lend_in_place(&mut self, id: u64) -> Option<LentSlot<'_, B, S>> {
         let index = self.posted_slot(id)?;
         let slot = &mut self.slots[index as usize];
-        slot.completed(id);
         Some(LentSlot {
             srq: &self.srq,
             slot,
@@ -244,8 +246,11 @@ impl<B, S> SrqSlots<B, S> {
 /// request (`SrqSlots::lend_in_place`): read there, then posted again in
 /// place (and forgotten: nothing is left to release). Dropped without,
 /// it frees the slot and drops its buffers (the device is done with
-/// them); forgotten otherwise, the slot stays lent, its buffers with it,
-/// until the queue is destroyed.
+/// them). Forgotten otherwise, the slot keeps its buffers and its
+/// receive's id until the queue is destroyed: it leaks, except that a
+/// duplicate of that receive's completion would lend it again, which
+/// is sound (the device completed it, and the forgotten one can no
+/// longer reach it).
 pub(crate) struct LentSlot<'a, B, S> {
     pub(crate) srq: &'a S,
     pub(crate) slot: &'a mut SrqSlot<B>,
@@ -265,7 +270,10 @@ impl<B, S> Drop for LentSlot<'_, B, S> {
 #[cold]
 #[inline(never)]
 fn release<B>(free: &mut Vec<u32>, slot: &mut SrqSlot<B>) {
-    // Its id names it (`UNPOSTED` flipped back).
-    free.push(id::srq_slot_bits(slot.next_id()));
+    // Its id is a receive's: the one it was lent for, or a refused
+    // repost's. That receive's completion reaches nothing now.
+    let next = slot.next_in_place();
+    slot.id = next ^ UNPOSTED;
+    free.push(id::srq_slot_bits(next));
     drop(core::mem::take(&mut slot.sgl));
 }

@@ -3,7 +3,7 @@
 //! value lives. It is read by copy, answered from the lane's ring of
 //! replies, and posted again in place, which consumes it; dropped without
 //! that, its slot is freed and its buffers dropped (the device is done
-//! with them); forgotten, the slot stays lent, leaked with its buffers.
+//! with them); forgotten, the slot leaks with its buffers (`srq.rs`).
 //! It borrows the lane, so it cannot outlive the lane's next poll, and
 //! nothing else can reach its slot meanwhile.
 
@@ -171,14 +171,12 @@ impl<B: NicBuf, P: Provider> SrqRequest<'_, B, P> {
     #[inline(always)]
     pub fn repost(mut self) -> Result<(), Error> {
         let lent = &mut self.lent;
-        let id = lent.slot.next_id();
+        let id = lent.slot.next_in_place();
         // Marked first (no completion can come before the post returns:
-        // polls need the lane), so nothing is reloaded after the call.
+        // polls need the lane), so nothing is reloaded after the call;
+        // refused, the drop below releases the slot from this id.
         lent.slot.reposted(id);
-        if let Err(e) = doorbell::srq_repost(self.prov, lent.srq, lent.slot, id) {
-            lent.slot.refused(id);
-            return Err(e);
-        }
+        doorbell::srq_repost(self.prov, lent.srq, lent.slot, id)?;
         // Posted: nothing is left to release.
         core::mem::forget(self);
         Ok(())

@@ -246,7 +246,7 @@ fn a_request_not_posted_again_frees_its_slot_and_a_forgotten_one_leaks_it() {
     assert!(request.repost().is_err());
     lane.provider().dev.refuse_permille = 0;
     assert!(model::dropped(refused));
-    // Forgotten: its slot stays lent, its buffer with it.
+    // Forgotten: its slot keeps its receive's id and its buffer.
     lane.provider().dev.complete_srq(0);
     let request = lane.poll(Queue::Send, |_| panic!()).unwrap().unwrap();
     let third = held(&request);
