@@ -39,12 +39,11 @@ impl<B: NicBuf, Q> ReplySide<B, Q> {
         let seq = slot.send.next_seq();
         // The reply post `seq` uses was last posted `len` posts back or
         // earlier: retired, as the room check above found fewer in flight.
-        let reply = self.ring.for_post(seq).ok_or_else(gone)?;
-        Ok(NextReply {
-            reply,
-            slot,
-            wr_id: id::ring_at(self.send_ids, seq),
-        })
+        let reply = self
+            .ring
+            .for_post(seq, id::ring_at(self.send_ids, seq))
+            .ok_or_else(gone)?;
+        Ok(NextReply { reply, slot })
     }
 }
 
@@ -83,7 +82,6 @@ impl<B: NicBuf, Q> ReplySide<B, Q> {
 pub(super) struct NextReply<'a, B, Q> {
     pub(super) reply: ReplyAt<'a, B>,
     slot: &'a mut QpSlot<Q>,
-    wr_id: u64,
 }
 
 impl<B, Q> NextReply<'_, B, Q> {
@@ -92,7 +90,7 @@ impl<B, Q> NextReply<'_, B, Q> {
     pub(super) fn post<P: Provider<Qp = Q>>(self, prov: &mut P) -> Result<(), Error> {
         let qp = self.slot.qp.as_ref().ok_or_else(gone)?;
         self.reply
-            .post_send(prov, qp, self.wr_id)
+            .post_send(prov, qp)
             .map_err(post_hint)?;
         self.slot.send.push_filled();
         Ok(())

@@ -69,14 +69,16 @@ impl<B> ReplyRing<B> {
         self.replies[at].wr.send_flags.contains(F::SIGNALED)
     }
 
-    /// The reply post `seq` uses, to write and post; `None` when it has
-    /// no buffer.
+    /// The reply post `seq` uses, to write and post, its work request
+    /// stamped with `id` (`id::ring(false, qp, seq)`) now, so nothing
+    /// waits for the post; `None` when it has no buffer.
     #[inline(always)]
-    pub(crate) fn for_post(&mut self, seq: u64) -> Option<ReplyAt<'_, B>> {
+    pub(crate) fn for_post(&mut self, seq: u64, id: u64) -> Option<ReplyAt<'_, B>> {
         let at = self.index_of(seq);
         // SAFETY: `at` is masked by `mask`, one less than the length, a
         // power of two (`new`): below the length.
         let reply = unsafe { self.replies.get_unchecked_mut(at) };
+        reply.wr.wr_id = id;
         Some(ReplyAt {
             buf: reply.sgl.buf_mut(0)?,
             wr: &mut reply.wr,
@@ -96,17 +98,11 @@ pub(crate) struct ReplyAt<'a, B> {
 }
 
 impl<B> ReplyAt<'_, B> {
-    /// Posts it with id `id` (`id::ring(false, qp, seq)`); the caller
+    /// Posts it with the id `ReplyRing::for_post` stamped; the caller
     /// records it in the ring (`Ring::push_filled`).
     #[inline(always)]
-    pub(crate) fn post_send<P: Provider>(
-        self,
-        prov: &mut P,
-        qp: &P::Qp,
-        id: u64,
-    ) -> Result<(), Error> {
+    pub(crate) fn post_send<P: Provider>(self, prov: &mut P, qp: &P::Qp) -> Result<(), Error> {
         let wr = self.wr;
-        wr.wr_id = id;
         // SAFETY: the copy points at its entry's scatter/gather block (on
         // the heap, stable while the entry lives), built from the buffers
         // that entry owned and this ring holds now. The lane that owns
