@@ -166,10 +166,11 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         if let Some(srq) = self.srq.as_mut() {
             if let Some((handle, slot)) = srq.lent_for_repost() {
                 let wr_id = slot.next_id();
-                let posted = doorbell::srq_repost(&mut self.prov, handle, slot, wr_id);
-                if posted.is_ok() {
-                    slot.reposted(wr_id);
-                    srq.unlend();
+                slot.reposted(wr_id);
+                let posted = doorbell::srq_repost(&mut self.prov, handle, slot);
+                match posted {
+                    Ok(()) => srq.unlend(),
+                    Err(_) => slot.refused(wr_id),
                 }
                 return posted;
             }

@@ -21,12 +21,11 @@
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::mem::MaybeUninit;
 
 use crate::error::{site, Error, ErrorKind};
-use crate::sgl::{Sgl, MAX_SGE};
-use crate::sys;
+use crate::sgl::Sgl;
 
+use super::doorbell::SrqWr;
 use super::id::{self, UNPOSTED};
 use super::ring::NONE;
 
@@ -35,43 +34,49 @@ use super::ring::NONE;
 pub(crate) struct SrqSlot<B> {
     pub(crate) tag: u64,
     pub(crate) sgl: Sgl<B>,
-    /// The first `num_sge` entries, built from `sgl` by the post that moved
-    /// it here (`doorbell::srq_recv`). Current while the slot is posted or
-    /// lent: `sgl` changes only by a take, which frees the slot, and a free
-    /// slot is posted again only by a post that builds them anew.
-    pub(crate) sges: [MaybeUninit<sys::ibv_sge>; MAX_SGE],
-    pub(crate) num_sge: i32,
-    /// While posted (or lent to a lane's request), its receive's id;
-    /// otherwise the id its next post uses, `UNPOSTED` flipped.
-    id: u64,
+    /// The slot's request: its first `num_sge` entries built from `sgl` by
+    /// the post that moved it here (`doorbell::srq_recv`), current while
+    /// the slot is posted or lent (`sgl` changes only by a take, which
+    /// frees the slot, and a free slot is posted again only by a post that
+    /// builds them anew). Its id is the slot's: while posted (or lent to a
+    /// lane's request), its receive's; otherwise the one its next post
+    /// uses, `UNPOSTED` flipped.
+    pub(crate) wr: SrqWr,
 }
 
 impl<B> SrqSlot<B> {
     /// The id the slot's next post uses (it is not posted).
     #[inline(always)]
     pub(crate) fn next_id(&self) -> u64 {
-        self.id ^ UNPOSTED
+        self.wr.id() ^ UNPOSTED
     }
 
     /// The id of the slot's next post, for a slot lent in place: its
     /// receive's id (still the slot's) at the next generation.
     #[inline(always)]
     pub(crate) fn next_in_place(&self) -> u64 {
-        id::next_generation(self.id)
+        id::next_generation(self.wr.id())
     }
 
-    /// The slot was posted again in place with `id` (its `next_id`, or
-    /// its `next_in_place`).
+    /// The slot is about to be posted again in place with `id` (its
+    /// `next_id`, or its `next_in_place`): its request carries it.
     #[inline(always)]
     pub(crate) fn reposted(&mut self, id: u64) {
-        self.id = id;
+        self.wr.set_id(id);
     }
 
-    /// The receive this slot's `id` names completed: no longer posted, its
+    /// The post of `id` (marked by `reposted`) was refused: not posted,
+    /// the same id next.
+    #[cold]
+    pub(crate) fn refused(&mut self, id: u64) {
+        self.wr.set_id(id ^ UNPOSTED);
+    }
+
+    /// The receive this slot's id names completed: no longer posted, its
     /// next post at the next generation.
     #[inline(always)]
     fn completed(&mut self, id: u64) {
-        self.id = id::next_generation(id) ^ UNPOSTED;
+        self.wr.set_id(id::next_generation(id) ^ UNPOSTED);
     }
 }
 
@@ -91,15 +96,12 @@ impl<B, S> SrqSlots<B, S> {
     pub(crate) fn new(srq: S, capacity: u32, max_sge: u32) -> SrqSlots<B, S> {
         let capacity = capacity.clamp(1, id::MAX_SRQ_SLOTS);
         let mut slots = Vec::with_capacity(capacity as usize);
-        slots.resize_with(capacity as usize, || SrqSlot {
-            tag: 0,
-            sgl: Sgl::empty(),
-            sges: [const { MaybeUninit::uninit() }; MAX_SGE],
-            num_sge: 0,
-            id: 0,
-        });
-        for (slot, s) in slots.iter_mut().enumerate() {
-            s.id = id::srq(slot as u32, 0) ^ UNPOSTED;
+        for slot in 0..capacity {
+            slots.push(SrqSlot {
+                tag: 0,
+                sgl: Sgl::empty(),
+                wr: SrqWr::new(id::srq(slot, 0) ^ UNPOSTED),
+            });
         }
         SrqSlots {
             srq,
@@ -154,7 +156,7 @@ impl<B, S> SrqSlots<B, S> {
         debug_assert_eq!(popped, Some(slot));
         let s = &mut self.slots[slot as usize];
         s.tag = tag;
-        s.id = s.next_id();
+        s.wr.set_id(s.next_id());
     }
 
     /// The slot whose receive in flight `id` names, if one does.
@@ -162,7 +164,7 @@ impl<B, S> SrqSlots<B, S> {
     pub(crate) fn posted_slot(&self, id: u64) -> Option<u32> {
         let slot = id::srq_slot_bits(id);
         match self.slots.get(slot as usize) {
-            Some(s) if s.id == id => Some(slot),
+            Some(s) if s.wr.id() == id => Some(slot),
             _ => None,
         }
     }
@@ -273,7 +275,7 @@ fn release<B>(free: &mut Vec<u32>, slot: &mut SrqSlot<B>) {
     // Its id is a receive's: the one it was lent for, or a refused
     // repost's. That receive's completion reaches nothing now.
     let next = slot.next_in_place();
-    slot.id = next ^ UNPOSTED;
+    slot.wr.set_id(next ^ UNPOSTED);
     free.push(id::srq_slot_bits(next));
     drop(core::mem::take(&mut slot.sgl));
 }

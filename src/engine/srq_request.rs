@@ -174,7 +174,7 @@ impl<B: NicBuf, P: Provider> SrqRequest<'_, B, P> {
         // polls need the lane), so nothing is reloaded after the call;
         // refused, the drop below releases the slot from this id.
         lent.slot.reposted(id);
-        doorbell::srq_repost(self.prov, lent.srq, lent.slot, id)?;
+        doorbell::srq_repost(self.prov, lent.srq, lent.slot)?;
         // Posted: nothing is left to release.
         core::mem::forget(self);
         Ok(())

@@ -44,6 +44,7 @@ mod prepared_wr;
 mod provider;
 mod raw_send;
 mod reply_ring;
+mod srq_wr;
 mod ud;
 
 use crate::error::{site, Error};
@@ -66,6 +67,7 @@ pub use provider::{Provider, Verbs};
 pub(crate) use raw_send::send_raw;
 pub use raw_send::RawSend;
 pub(crate) use reply_ring::{ReplyAt, ReplyRing};
+pub(crate) use srq_wr::SrqWr;
 pub(crate) use ud::{send_ud, UdTarget};
 
 /// One send of the caller's: its operation and buffers, and how to post it.
@@ -243,8 +245,8 @@ pub(crate) fn recv<B: NicBuf, P: Provider>(
 }
 
 /// Posts a receive on the shared receive queue with id `wr_id` (its slot
-/// and generation), its entries built into the slot; on success `sgl`
-/// moves into the slot.
+/// and generation), its entries built into the slot's request; on
+/// success `sgl` moves into the slot.
 pub(crate) fn srq_recv<B: NicBuf, P: Provider>(
     prov: &mut P,
     srq: &P::Srq,
@@ -253,47 +255,40 @@ pub(crate) fn srq_recv<B: NicBuf, P: Provider>(
     wr_id: u64,
     slot: &mut SrqSlot<B>,
 ) -> Result<(), Error> {
-    let (num, _) = sgl.build(max_sge, &mut slot.sges)?;
-    let mut wr = sys::ibv_recv_wr {
-        wr_id,
-        next: core::ptr::null_mut(),
-        sg_list: slot.sges.as_mut_ptr().cast(),
-        num_sge: num,
-    };
-    // SAFETY: the first `num` entries (all the provider reads) were built
-    // just now from `sgl`, which moves into the receive's slot below; the
-    // slot keeps it until a completion lends it and a take frees it
-    // (srq.rs), or after the queue's successful destroy.
+    let (num, _) = sgl.build(max_sge, slot.wr.entries())?;
+    // A copy with this post's id and count: refused, the slot's request
+    // is left as it was.
+    let mut wr = *slot.wr.wr();
+    wr.wr_id = wr_id;
+    wr.num_sge = num;
+    // SAFETY: the first `num` entries (all the provider reads, during the
+    // call) were built just now from `sgl`, which moves into the receive's
+    // slot below; the slot keeps it until a completion lends it and a take
+    // frees it (srq.rs), or after the queue's successful destroy.
     unsafe { prov.post_srq_recv(srq, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
-    slot.num_sge = num;
+    slot.wr.built(num);
     sgl.move_into(&mut slot.sgl);
     Ok(())
 }
 
-/// Posts the shared receive lent in `slot` again, in place, with id
-/// `wr_id` (its new generation): the same buffers and entries, nothing
-/// built or checked.
-#[inline]
+/// Posts the shared receive lent in `slot` again, in place, with the id
+/// its request holds (its new generation, stamped by the caller): the
+/// same buffers and entries, nothing built or checked.
+#[inline(always)]
 pub(crate) fn srq_repost<B: NicBuf, P: Provider>(
     prov: &mut P,
     srq: &P::Srq,
     slot: &mut SrqSlot<B>,
-    wr_id: u64,
 ) -> Result<(), Error> {
-    let mut wr = sys::ibv_recv_wr {
-        wr_id,
-        next: core::ptr::null_mut(),
-        sg_list: slot.sges.as_mut_ptr().cast(),
-        num_sge: slot.num_sge,
-    };
-    // SAFETY: a lent slot was posted by `srq_recv`, which built its first
-    // `num_sge` entries from the list it moved into the slot; the list has
-    // stayed there since (a take frees the slot, and a free slot's next post
-    // builds its entries again; nothing lends a slot's buffers by `&mut`),
-    // and NicBuf's contract keeps a live buffer's range and key: the
-    // entries are current. The buffers stay in the slot until its next
-    // completion lends them, as after `srq_recv`.
-    unsafe { prov.post_srq_recv(srq, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)
+    // SAFETY: a lent slot was posted by `srq_recv`, which built its
+    // request's first `num_sge` entries from the list it moved into the
+    // slot; the list has stayed there since (a take frees the slot, and a
+    // free slot's next post builds its entries again; nothing lends a
+    // slot's buffers by `&mut`), and NicBuf's contract keeps a live
+    // buffer's range and key: the entries are current. The buffers stay
+    // in the slot until its next completion lends them, as after
+    // `srq_recv`.
+    unsafe { prov.post_srq_recv(srq, core::slice::from_mut(slot.wr.wr())) }.map_err(|f| f.error)
 }
 
 /// Posts a prepared send as request `seq` of queue pair `qp_index`. The
