@@ -89,9 +89,7 @@ impl<B, Q> NextReply<'_, B, Q> {
     #[inline(always)]
     pub(super) fn post<P: Provider<Qp = Q>>(self, prov: &mut P) -> Result<(), Error> {
         let qp = self.slot.qp.as_ref().ok_or_else(gone)?;
-        self.reply
-            .post_send(prov, qp)
-            .map_err(post_hint)?;
+        self.reply.post_send(prov, qp).map_err(post_hint)?;
         self.slot.send.push_filled();
         Ok(())
     }

@@ -135,7 +135,9 @@ pub(crate) unsafe fn volatile_copy_out(src: *const u8, dst: &mut [u8]) {
         core::sync::atomic::fence(core::sync::atomic::Ordering::Acquire);
         // SAFETY: 8 bytes, valid for reads (the caller); `Word` needs no
         // alignment.
-        *out = unsafe { src.cast::<Word>().read_volatile() }.0.to_ne_bytes();
+        *out = unsafe { src.cast::<Word>().read_volatile() }
+            .0
+            .to_ne_bytes();
         return;
     }
     // SAFETY: the caller's contract, passed on.
@@ -181,7 +183,10 @@ pub(crate) unsafe fn volatile_copy_in(dst: *mut u8, src: &[u8]) {
     if let Ok(w) = <[u8; 8]>::try_from(src) {
         // SAFETY: 8 bytes, valid for writes (the caller); `Word` needs no
         // alignment.
-        unsafe { dst.cast::<Word>().write_volatile(Word(u64::from_ne_bytes(w))) };
+        unsafe {
+            dst.cast::<Word>()
+                .write_volatile(Word(u64::from_ne_bytes(w)))
+        };
         core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
         return;
     }

@@ -28,8 +28,9 @@ unsafe impl Send for SrqWr {}
 impl SrqWr {
     /// A request with id `id`, no entries built yet.
     pub(crate) fn new(id: u64) -> SrqWr {
-        let sges: NonNull<Entries> =
-            NonNull::from(Box::leak(Box::new([const { MaybeUninit::uninit() }; MAX_SGE])));
+        let sges: NonNull<Entries> = NonNull::from(Box::leak(Box::new(
+            [const { MaybeUninit::uninit() }; MAX_SGE],
+        )));
         SrqWr {
             wr: sys::ibv_recv_wr {
                 wr_id: id,

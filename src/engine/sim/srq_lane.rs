@@ -2,9 +2,9 @@
 //! that misuse them: a start with foreign, released, repeated or too few
 //! replies, or with sends in flight; a reply while every reply's buffer
 //! is held by the device; a request dropped, forgotten or dropped by a
-//! panic instead of posted again, or completed twice; a reply that
-//! fails; another queue pair's requests and a callback that panics among
-//! them; a lane dropped or forgotten with replies in flight. No buffer is
+//! panic instead of posted again, or completed twice (a forgotten one's
+//! too); a reply that fails; another queue pair's requests and a
+//! callback that panics among them; a lane dropped or forgotten with replies in flight. No buffer is
 //! written, read or dropped while the device holds it. (A request read or
 //! posted again after its next poll, or posted again twice, does not
 //! compile: `SrqRequest`'s doc-tests.)
@@ -265,6 +265,36 @@ fn a_request_not_posted_again_frees_its_slot_and_a_forgotten_one_leaks_it() {
     assert_eq!(refused.err(), Some(ErrorKind::QueueFull));
     drop(engine);
     assert!(!model::dropped(third) || !busy(third));
+}
+
+#[test]
+fn a_duplicate_completion_of_a_forgotten_request_lends_its_slot_once_more() {
+    let (mut engine, _, replies, _) = engine();
+    let mut lane = engine.srq_lane(&replies).unwrap();
+    lane.provider().dev.complete_srq(0);
+    let wc = *lane.provider().dev.qps[0].history.last().unwrap();
+    let request = lane.poll(Queue::Send, |_| panic!()).unwrap().unwrap();
+    let forgotten = held(&request);
+    core::mem::forget(request);
+    // The device completed that receive: a duplicate lends the same slot
+    // and buffer again, not held by the device, and its drop frees the
+    // slot once and drops the buffer once (the model fails a second).
+    lane.provider().dev.push_not_owed(wc, false);
+    let again = lane.poll(Queue::Send, |_| panic!()).unwrap().unwrap();
+    assert_eq!(held(&again), forgotten);
+    assert!(!busy(forgotten));
+    drop(again);
+    assert!(model::dropped(forgotten));
+    // A third copy reaches nothing: the release moved the slot's id on.
+    lane.provider().dev.push_not_owed(wc, false);
+    poll_none(&mut lane).unwrap();
+    drop(lane);
+    assert_eq!(engine.srq_posted(), 3);
+    let req = RecvRequest::new(super::run::buf());
+    engine.post_srq_recv(req).map_err(|e| e.error).unwrap();
+    let req = RecvRequest::new(super::run::buf());
+    let full = engine.post_srq_recv(req).map_err(|e| e.error.kind());
+    assert_eq!(full.err(), Some(ErrorKind::QueueFull));
 }
 
 #[test]
