@@ -4,10 +4,10 @@
 //! is held by the device; a request dropped, forgotten or dropped by a
 //! panic instead of posted again, or completed twice (a forgotten one's
 //! too); a reply that fails; another queue pair's requests and a
-//! callback that panics among them; a lane dropped or forgotten with replies in flight. No buffer is
-//! written, read or dropped while the device holds it. (A request read or
-//! posted again after its next poll, or posted again twice, does not
-//! compile: `SrqRequest`'s doc-tests.)
+//! callback that panics among them; a lane dropped or forgotten with
+//! replies in flight. No buffer is written, read or dropped while the
+//! device holds it. (A request read or posted again after its next poll,
+//! or posted again twice, does not compile: `SrqRequest`'s doc-tests.)
 
 use alloc::vec::Vec;
 
