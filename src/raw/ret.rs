@@ -91,8 +91,10 @@ pub(crate) fn link<W>(wrs: &mut [W], set: impl Fn(&mut W, *mut W)) {
     }
 }
 
-/// The error of a refused post and how many requests before `bad` were taken.
-#[cold]
+/// The error of a refused post and how many requests before `bad` were
+/// taken. In line only to see a chain of one, which took nothing before
+/// it: `first` then need not live across the call.
+#[inline(always)]
 pub(crate) fn refused<W>(
     site: &'static crate::error::Site,
     rc: i32,
@@ -100,16 +102,34 @@ pub(crate) fn refused<W>(
     bad: *mut W,
     len: usize,
 ) -> PostFailed {
-    let posted = if bad.is_null() {
-        0
+    let posted = if len > 1 {
+        taken_before(first, bad, len)
     } else {
-        ((bad as usize).wrapping_sub(first as usize) / core::mem::size_of::<W>()).min(len)
+        0
     };
-    let error = match check_rc(site, rc) {
+    PostFailed {
+        error: post_error(site, rc),
+        posted,
+    }
+}
+
+/// How many requests of the chain of `len` at `first` come before `bad`
+/// (NULL: none).
+#[cold]
+fn taken_before<W>(first: *mut W, bad: *mut W, len: usize) -> usize {
+    if bad.is_null() {
+        return 0;
+    }
+    ((bad as usize).wrapping_sub(first as usize) / core::mem::size_of::<W>()).min(len)
+}
+
+/// A refused post's error (`EIO` for a refusal that says 0).
+#[cold]
+fn post_error(site: &'static crate::error::Site, rc: i32) -> Error {
+    match check_rc(site, rc) {
         Err(e) => e,
         Ok(()) => Error::os(site, libc::EIO),
-    };
-    PostFailed { error, posted }
+    }
 }
 
 #[cfg(test)]
