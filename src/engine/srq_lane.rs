@@ -190,7 +190,7 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
     pub fn poll(
         &mut self,
         queue: Queue,
-        mut on_other: impl FnMut(CompletionRef<'_, B, P>),
+        on_other: impl FnMut(CompletionRef<'_, B, P>),
     ) -> Result<Option<SrqRequest<'_, B, P>>, Error> {
         let e = &mut *self.engine;
         let Some(cq) = queue.of(&e.cq, &e.recv_cq) else {
@@ -205,7 +205,7 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
         let ours = (wc.qp_num ^ self.side.slot.qp_num) | (wc.status.0 ^ WcStatus::SUCCESS.0) == 0;
         let srq = self.engine.srq.as_ref();
         if !ours || srq.and_then(|s| s.posted_slot(wc.wr_id)).is_none() {
-            self.not_request(wc, &mut on_other)?;
+            self.not_request(wc, on_other)?;
             return Ok(None);
         }
         // Asked again: a borrow returned on one path would hold `self` on
@@ -230,7 +230,7 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
     fn not_request(
         &mut self,
         wc: &sys::ibv_wc,
-        on_other: &mut impl FnMut(CompletionRef<'_, B, P>),
+        mut on_other: impl FnMut(CompletionRef<'_, B, P>),
     ) -> Result<(), Error> {
         let slot = &mut self.side.slot;
         if wc.qp_num == slot.qp_num && wc.status == WcStatus::SUCCESS {
@@ -239,7 +239,9 @@ impl<B: NicBuf, P: Provider> SrqLane<'_, B, P> {
                 return Ok(());
             }
         }
-        self.route(wc, on_other)
+        // Borrowed only here, so a poll that returns a request never
+        // stores the callback.
+        self.route(wc, &mut on_other)
     }
 
     /// [`SrqLane::poll`]'s other completions: a failed (or stale) reply,
