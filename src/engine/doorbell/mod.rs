@@ -24,7 +24,9 @@
 //! - a shared-receive-queue receive's buffers are in its slot from its
 //!   post until its completion lends them (the slot no longer posted),
 //!   and stay there until taken out or posted again in place (`srq.rs`),
-//!   or until the queue's successful destroy;
+//!   or until the queue's successful destroy; the slot's kept work
+//!   request ([`SrqWr`]) points at a heap block of entries it owns, which
+//!   the provider reads only during a post;
 //! - a window bind names a window (keeping its buffer, an [`ExposedBuf`])
 //!   that the engine holds from the post until the bind is no longer in
 //!   flight, and leaks with its queue pair if the destroy fails
