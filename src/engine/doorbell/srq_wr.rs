@@ -1,8 +1,8 @@
 //! A shared-receive slot's work request (`srq.rs`): built with the slot,
 //! pointing at the slot's own block of entries, so posting the slot again
 //! in place stamps its id and posts, nothing rebuilt. Its id is the slot's
-//! one id (its receive's while posted, else the next one with
-//! `id::UNPOSTED` flipped).
+//! one id (its receive's while posted or lent in place, else the next one
+//! with `id::UNPOSTED` flipped).
 
 use alloc::boxed::Box;
 use core::mem::MaybeUninit;
