@@ -167,7 +167,7 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
             if let Some((handle, slot)) = srq.lent_for_repost() {
                 let wr_id = slot.next_id();
                 slot.reposted(wr_id);
-                let posted = doorbell::srq_repost(&mut self.prov, handle, slot);
+                let posted = doorbell::srq_repost(&mut self.prov, handle, &mut slot.wr);
                 match posted {
                     Ok(()) => srq.unlend(),
                     Err(_) => slot.refused(wr_id),

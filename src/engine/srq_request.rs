@@ -172,7 +172,7 @@ impl<B: NicBuf, P: Provider> SrqRequest<'_, B, P> {
         // polls need the lane), so nothing is reloaded after the call;
         // refused, the drop below releases the slot from this id.
         lent.slot.reposted(id);
-        doorbell::srq_repost(self.prov, lent.srq, lent.slot)?;
+        doorbell::srq_repost(self.prov, lent.srq, &mut lent.slot.wr)?;
         // Posted: nothing is left to release.
         core::mem::forget(self);
         Ok(())

@@ -58,7 +58,6 @@ use crate::wr::SendOp;
 
 use super::flights::{Flights, NOT_PREPARED};
 use super::ring::Ring;
-use super::srq::SrqSlot;
 pub(crate) use build::check_atomic_result;
 use build::send_wr;
 
@@ -247,20 +246,20 @@ pub(crate) fn recv<B: NicBuf, P: Provider>(
 }
 
 /// Posts a receive on the shared receive queue with id `wr_id` (its slot
-/// and generation), its entries built into the slot's request; on
-/// success `sgl` moves into the slot.
+/// and generation), its entries built into the slot's request `slot_wr`;
+/// on success `sgl` moves into the slot's list, `slot_sgl` (empty).
 pub(crate) fn srq_recv<B: NicBuf, P: Provider>(
     prov: &mut P,
     srq: &P::Srq,
     max_sge: u32,
     sgl: &mut Sgl<B>,
     wr_id: u64,
-    slot: &mut SrqSlot<B>,
+    (slot_wr, slot_sgl): (&mut SrqWr, &mut Sgl<B>),
 ) -> Result<(), Error> {
-    let (num, _) = sgl.build(max_sge, slot.wr.entries())?;
+    let (num, _) = sgl.build(max_sge, slot_wr.entries())?;
     // A copy with this post's id and count: refused, the slot's request
     // is left as it was.
-    let mut wr = *slot.wr.wr();
+    let mut wr = *slot_wr.wr();
     wr.wr_id = wr_id;
     wr.num_sge = num;
     // SAFETY: the first `num` entries (all the provider reads, during the
@@ -268,19 +267,19 @@ pub(crate) fn srq_recv<B: NicBuf, P: Provider>(
     // slot below; the slot keeps it until a completion lends it and a take
     // frees it (srq.rs), or after the queue's successful destroy.
     unsafe { prov.post_srq_recv(srq, core::slice::from_mut(&mut wr)) }.map_err(|f| f.error)?;
-    slot.wr.built(num);
-    sgl.move_into(&mut slot.sgl);
+    slot_wr.built(num);
+    sgl.move_into(slot_sgl);
     Ok(())
 }
 
-/// Posts the shared receive lent in `slot` again, in place, with the id
-/// its request holds (its new generation, stamped by the caller): the
-/// same buffers and entries, nothing built or checked.
+/// Posts the shared receive lent in its slot again, in place: the slot's
+/// request `wr`, with the id it holds (its new generation, stamped by the
+/// caller), the same buffers and entries, nothing built or checked.
 #[inline(always)]
-pub(crate) fn srq_repost<B: NicBuf, P: Provider>(
+pub(crate) fn srq_repost<P: Provider>(
     prov: &mut P,
     srq: &P::Srq,
-    slot: &mut SrqSlot<B>,
+    wr: &mut SrqWr,
 ) -> Result<(), Error> {
     // SAFETY: a lent slot was posted by `srq_recv`, which built its
     // request's first `num_sge` entries from the list it moved into the
@@ -290,7 +289,7 @@ pub(crate) fn srq_repost<B: NicBuf, P: Provider>(
     // buffer's range and key: the entries are current. The buffers stay
     // in the slot until its next completion lends them, as after
     // `srq_recv`.
-    unsafe { prov.post_srq_recv(srq, core::slice::from_mut(slot.wr.wr())) }.map_err(|f| f.error)
+    unsafe { prov.post_srq_recv(srq, core::slice::from_mut(wr.wr())) }.map_err(|f| f.error)
 }
 
 /// Posts a prepared send as request `seq` of queue pair `qp_index`. The
