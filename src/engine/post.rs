@@ -324,8 +324,16 @@ impl<B: NicBuf, P: Provider> Engine<B, P> {
         };
         let max_sge = srq.max_sge;
         let (handle, target) = srq.handle_and_slot(slot);
-        let target = (&mut target.wr, &mut target.sgl);
-        match doorbell::srq_recv(&mut self.prov, handle, max_sge, &mut req.sgl, wr_id, target) {
+        let posted = doorbell::srq_recv(
+            &mut self.prov,
+            handle,
+            max_sge,
+            &mut req.sgl,
+            wr_id,
+            &mut target.wr,
+            &mut target.sgl,
+        );
+        match posted {
             Ok(()) => {
                 srq.commit(slot, req.tag);
                 Ok(())

@@ -313,10 +313,10 @@ impl<B: NicBuf, P: Provider> Drop for SrqLane<'_, B, P> {
         e.flights[0].unreserve(side.slot.send.capacity() as u32);
         let (replies, sends) = (&self.replies, &e.prepared.sends);
         let tail = side.slot.send.next_seq();
-        let mask = replies.len() - 1;
-        let reply_of = |seq: u64| replies[seq as usize & mask];
+        // The ring's own index (it is taken apart below, its index kept).
+        let reply_of = |ring: &ReplyRing<B>, seq: u64| replies[ring.index_of(seq)];
         e.flights[0].adopt(&mut side.slot.send, |seq| {
-            let r = reply_of(seq);
+            let r = reply_of(&side.ring, seq);
             let s = &sends[r.index as usize];
             (s.tag, s.opcode, r.index, r.key as u32)
         });
@@ -327,7 +327,7 @@ impl<B: NicBuf, P: Provider> Drop for SrqLane<'_, B, P> {
         }
         let in_flight = side.slot.send.len();
         for seq in tail - in_flight..tail {
-            e.prepared.sends[reply_of(seq).index as usize].last_post = seq;
+            e.prepared.sends[reply_of(&side.ring, seq).index as usize].last_post = seq;
         }
         // The unsignaled posts since the ring's last signaled one, which
         // the queue pair's next signal decision counts on.

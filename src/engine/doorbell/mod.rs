@@ -254,7 +254,8 @@ pub(crate) fn srq_recv<B: NicBuf, P: Provider>(
     max_sge: u32,
     sgl: &mut Sgl<B>,
     wr_id: u64,
-    (slot_wr, slot_sgl): (&mut SrqWr, &mut Sgl<B>),
+    slot_wr: &mut SrqWr,
+    slot_sgl: &mut Sgl<B>,
 ) -> Result<(), Error> {
     let (num, _) = sgl.build(max_sge, slot_wr.entries())?;
     // A copy with this post's id and count: refused, the slot's request
